@@ -1,0 +1,74 @@
+# Lazarus — every target does its own set-up on a bare Debian machine:
+# Debian packages (etcd, redis) when missing, the virtual environment, and the
+# pinned dependencies from requirements/constraints.txt.
+
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+CONSTRAINTS := requirements/constraints.txt
+DEB_PACKAGES := etcd-server etcd-client redis-server iproute2
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+PACKAGES := lazarus coordinator node_agent reconcile
+PYTEST_ARGS ?=
+
+.PHONY: help setup system-deps venv test lint typecheck pytest demo proto lock bench clean
+
+help:  ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 14
+
+setup: system-deps venv  ## install Debian packages and the virtual environment
+
+system-deps:  ## install etcd, etcdctl, redis-server and iproute2 from Debian when missing
+	@missing=""; \
+	command -v etcd >/dev/null 2>&1 || missing="$$missing etcd-server"; \
+	command -v etcdctl >/dev/null 2>&1 || missing="$$missing etcd-client"; \
+	command -v redis-server >/dev/null 2>&1 || missing="$$missing redis-server"; \
+	command -v ip >/dev/null 2>&1 || missing="$$missing iproute2"; \
+	if [ -n "$$missing" ]; then \
+	  echo ">> installing Debian packages:$$missing"; \
+	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
+	fi
+
+venv: $(STAMP)  ## create .venv with the pinned dependencies
+
+$(STAMP): pyproject.toml $(CONSTRAINTS)
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { echo "Python >= 3.11 is required (found $$($(PYTHON) --version))"; exit 1; }
+	@[ -x $(PY) ] || $(PYTHON) -m venv $(VENV) || { \
+	  echo ">> python3 -m venv failed; installing python3-venv"; \
+	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null && $(PYTHON) -m venv $(VENV); }
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -c $(CONSTRAINTS) -e '.[dev]'
+	@touch $(STAMP)
+
+test: setup lint typecheck pytest  ## ruff, mypy, then the whole pytest suite (unit + integration)
+
+lint: venv  ## ruff lint and format check
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+typecheck: venv  ## mypy on the four packages
+	$(VENV)/bin/mypy $(PACKAGES)
+
+pytest: setup  ## unit and integration tests against real etcd / redis
+	$(VENV)/bin/pytest $(PYTEST_ARGS)
+
+demo: setup  ## a real demonstration (see README)
+	$(VENV)/bin/lazarus demo checkpoint
+
+proto: venv  ## regenerate lazarus/v1 stubs from proto/
+	$(PY) -m lazarus.protogen
+
+bench: setup  ## run the benchmarks, write bench/results/*.json and bench/README.md
+	$(PY) bench/checkpoint_bench.py
+
+lock: ## re-resolve dependencies from pyproject ranges into requirements/constraints.txt
+	rm -rf .lock-venv && $(PYTHON) -m venv .lock-venv
+	.lock-venv/bin/pip install -q --upgrade pip && .lock-venv/bin/pip install -q -e '.[dev]'
+	.lock-venv/bin/pip freeze --exclude-editable | grep -v '^lazarus' > $(CONSTRAINTS)
+	rm -rf .lock-venv
+
+clean:  ## remove the virtual environment and caches
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

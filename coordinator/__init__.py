@@ -1,0 +1,1 @@
+"""The coordinator: pure decision logic in ``coordinator.core`` plus thin adapters."""

@@ -1,0 +1,1 @@
+"""Pure coordinator core: events in, commands out. No IO, no clocks, no global randomness."""

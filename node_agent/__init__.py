@@ -1,0 +1,1 @@
+"""The node agent: durable checkpoint store, task runtime, session, replication."""

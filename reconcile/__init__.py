@@ -1,0 +1,1 @@
+"""Reconciliation after partitions heal: vector clocks, CRDTs, anti-entropy. Pure, no IO."""

@@ -1,0 +1,1109 @@
+"""The node agent's durable local checkpoint store (SQLite, WAL).
+
+Theory of operation
+-------------------
+One SQLite database per node-agent data directory, in WAL mode, guarded by an
+``flock`` so two agents never share it. Every write — ``save``, ``append``,
+``prune``, ``fork`` — is a small function queued to a single *writer thread*
+that owns the only write connection; reads run on per-thread read connections,
+which WAL lets proceed beside the writer.
+
+The writer takes operations off its queue in batches and runs each batch as one
+transaction, each operation inside its own SAVEPOINT so that one refused write
+(a stale epoch, say) rolls back alone. The durability mode decides the batch:
+
+* ``SYNC``: one operation per transaction, ``synchronous=FULL`` — the caller's
+  write is fsynced before its call returns.
+* ``GROUP``: the writer gathers concurrent operations for at most
+  ``group_window_ms`` (it stops waiting once it holds as many as recent batches
+  held, so a lone writer never waits), commits them together with one fsync,
+  and only then resolves every caller's future. Classic group commit.
+* ``NONE``: batches of whatever is queued, ``synchronous=OFF``.
+
+Invariants (checked inside the writer, so they hold under any concurrency):
+
+* a task's records carry its epoch; a write whose epoch is older than the
+  newest stored for that task raises ``StaleEpoch`` (DESIGN.md §4 fencing);
+* a checkpoint never covers a journal seq past the newest appended one;
+* checkpoint and journal seqs are dense per task: 1, 2, 3, ...;
+* every record carries a CRC-32; a record that fails it is never returned as
+  valid — ``load_latest`` / ``load_at_or_before`` skip to the newest valid
+  checkpoint and count the corrupt one, ``load`` and ``replay`` raise.
+
+The async API (``store.aio``) never blocks the event loop: writes await the
+writer's future, reads run in a small thread pool.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import contextlib
+import fcntl
+import logging
+import os
+import queue
+import sqlite3
+import threading
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+from prometheus_client import Counter
+
+from node_agent.checkpoint.codec import (
+    JsonCodec,
+    decode_payload,
+    encode_payload,
+    record_checksum,
+)
+from node_agent.checkpoint.errors import (
+    CheckpointStoreError,
+    CorruptedCheckpoint,
+    CorruptedJournalEvent,
+    CorruptedRecord,
+    FutureJournalSeq,
+    InvalidArgument,
+    StaleEpoch,
+    StoreClosed,
+    StoreIOError,
+    StoreLocked,
+    TaskExists,
+    UnknownCheckpoint,
+)
+from node_agent.checkpoint.model import (
+    DEFAULT_MAX_PAYLOAD_BYTES,
+    Checkpoint,
+    CheckpointInfo,
+    Compression,
+    Durability,
+    JournalEvent,
+    PrunePolicy,
+    PruneReport,
+    Recovery,
+    SaveOutcome,
+    StoredCheckpoint,
+    TaskHead,
+    make_ref,
+    parse_ref,
+    validate_checkpoint,
+    validate_payload,
+    validate_seq,
+    validate_task_id,
+)
+
+log = logging.getLogger("lazarus.checkpoint")
+
+T = TypeVar("T")
+
+DB_FILENAME = "checkpoints.sqlite3"
+LOCK_FILENAME = "checkpoints.lock"
+SCHEMA_VERSION = 1
+
+CORRUPT_RECORDS = Counter(
+    "lazarus_checkpoint_corrupt_records_total",
+    "Stored records that failed their checksum or could not be decoded.",
+    ["kind"],
+)
+
+_SCHEMA = f"""
+CREATE TABLE IF NOT EXISTS meta (
+    key   TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+) WITHOUT ROWID;
+INSERT OR IGNORE INTO meta (key, value) VALUES ('schema_version', '{SCHEMA_VERSION}');
+CREATE TABLE IF NOT EXISTS tasks (
+    task_id             TEXT PRIMARY KEY,
+    epoch               INTEGER NOT NULL,
+    last_journal_seq    INTEGER NOT NULL,
+    last_checkpoint_seq INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS checkpoints (
+    task_id            TEXT NOT NULL,
+    seq                INTEGER NOT NULL,
+    epoch              INTEGER NOT NULL,
+    covers_journal_seq INTEGER NOT NULL,
+    terminal           INTEGER NOT NULL,
+    label              TEXT NOT NULL,
+    created_at_ms      INTEGER NOT NULL,
+    parent_ref         TEXT NOT NULL,
+    encoding           INTEGER NOT NULL,
+    payload            BLOB NOT NULL,
+    checksum           INTEGER NOT NULL,
+    UNIQUE (task_id, seq)
+);
+CREATE INDEX IF NOT EXISTS checkpoints_by_cover
+    ON checkpoints (task_id, covers_journal_seq, seq);
+CREATE TABLE IF NOT EXISTS journal (
+    task_id       TEXT NOT NULL,
+    seq           INTEGER NOT NULL,
+    epoch         INTEGER NOT NULL,
+    created_at_ms INTEGER NOT NULL,
+    payload       BLOB NOT NULL,
+    checksum      INTEGER NOT NULL,
+    PRIMARY KEY (task_id, seq)
+);
+"""
+
+_CKPT_COLUMNS = (
+    "task_id, seq, epoch, covers_journal_seq, terminal, label, created_at_ms, "
+    "parent_ref, encoding, payload, checksum"
+)
+_CKPT_ORDER_DESC = "ORDER BY covers_journal_seq DESC, seq DESC"
+
+InfoList = list[CheckpointInfo]
+EventList = list[JournalEvent]
+
+
+def _wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def _checkpoint_checksum(
+    task_id: str,
+    seq: int,
+    epoch: int,
+    covers: int,
+    terminal: bool,
+    label: str,
+    created_at_ms: int,
+    parent_ref: str,
+    encoding: int,
+    stored: bytes,
+) -> int:
+    header = ("ckpt", task_id, seq, epoch, covers, terminal, label, created_at_ms, parent_ref)
+    return record_checksum((*header, encoding), stored)
+
+
+def _journal_checksum(task_id: str, seq: int, epoch: int, created_at_ms: int, stored: bytes) -> int:
+    return record_checksum(("jrnl", task_id, seq, epoch, created_at_ms), stored)
+
+
+_Head = tuple[int, int, int]  # (epoch, last_journal_seq, last_checkpoint_seq)
+
+
+class _Heads:
+    """The writer's cache of task heads; a batch's changes wait in an overlay.
+
+    Only the writer thread touches it. ``commit`` folds the overlay in after the
+    transaction commits, ``rollback`` drops it after a failed one, so the cache
+    always equals the ``tasks`` table.
+    """
+
+    __slots__ = ("_committed", "_overlay")
+
+    def __init__(self) -> None:
+        self._committed: dict[str, _Head] = {}
+        self._overlay: dict[str, _Head] = {}
+
+    def get(self, conn: sqlite3.Connection, task_id: str) -> _Head | None:
+        head = self._overlay.get(task_id) or self._committed.get(task_id)
+        if head is None:
+            row = conn.execute(
+                "SELECT epoch, last_journal_seq, last_checkpoint_seq FROM tasks WHERE task_id = ?",
+                (task_id,),
+            ).fetchone()
+            if row is not None:
+                head = self._committed[task_id] = (int(row[0]), int(row[1]), int(row[2]))
+        return head
+
+    def set(self, task_id: str, head: _Head) -> None:
+        self._overlay[task_id] = head
+
+    def dirty(self) -> builtins.list[tuple[str, _Head]]:
+        return sorted(self._overlay.items())
+
+    def commit(self) -> None:
+        self._committed.update(self._overlay)
+        self._overlay.clear()
+
+    def rollback(self) -> None:
+        self._overlay.clear()
+
+
+_OpFn = Callable[[sqlite3.Connection, _Heads], T]
+
+
+@dataclass(slots=True)
+class _Op:
+    """A queued write: the function the writer runs, and where its outcome goes."""
+
+    fn: _OpFn[Any]
+    future: Future[Any] | None  # a thread waits on it (sync API)
+    loop: asyncio.AbstractEventLoop | None  # or a coroutine awaits ``afuture`` on this loop
+    afuture: asyncio.Future[Any] | None
+
+
+def _deliver(outcomes: Sequence[tuple[_Op, Any, BaseException | None]]) -> None:
+    """Resolve callers: threads directly, each event loop with a single wake-up."""
+    by_loop: dict[asyncio.AbstractEventLoop, builtins.list[tuple[Any, Any, Any]]] = {}
+    for op, value, err in outcomes:
+        if op.future is not None:
+            if err is not None:
+                op.future.set_exception(err)
+            else:
+                op.future.set_result(value)
+        elif op.loop is not None:
+            by_loop.setdefault(op.loop, []).append((op.afuture, value, err))
+    for loop, entries in by_loop.items():
+        with contextlib.suppress(RuntimeError):  # the loop was closed; nobody awaits
+            loop.call_soon_threadsafe(_resolve_async, entries)
+
+
+def _resolve_async(entries: builtins.list[tuple[Any, Any, Any]]) -> None:
+    for fut, value, err in entries:
+        if fut.done():  # the awaiting task was cancelled
+            continue
+        if err is not None:
+            fut.set_exception(err)
+        else:
+            fut.set_result(value)
+
+
+_STOP = object()
+
+
+@dataclass(frozen=True, slots=True)
+class VerifyReport:
+    """Result of ``verify``: every stored record checked against its checksum.
+
+    Attributes:
+        checkpoints: checkpoint records read.
+        events: journal events read.
+        corrupt_refs: refs of checkpoints that failed verification.
+        corrupt_events: ``(task_id, seq)`` of journal events that failed.
+    """
+
+    checkpoints: int
+    events: int
+    corrupt_refs: tuple[str, ...]
+    corrupt_events: tuple[tuple[str, int], ...]
+
+    @property
+    def ok(self) -> bool:
+        return not self.corrupt_refs and not self.corrupt_events
+
+
+class CheckpointStore:
+    """Durable local checkpoints and journal of a node agent (DESIGN.md §8).
+
+    Args:
+        data_dir: directory of the node agent; created if missing. The database
+            is ``<data_dir>/checkpoints.sqlite3``.
+        durability: when writes return relative to fsync (see ``Durability``).
+        compression: ``Compression.ZSTD`` stores payloads of at least
+            ``compress_min_bytes`` compressed when that shrinks them.
+        compress_min_bytes: smallest payload worth compressing, bytes.
+        group_window_ms: longest a GROUP batch waits for company, milliseconds.
+        group_max_batch: most writes one transaction carries.
+        max_payload_bytes: largest checkpoint or event payload accepted, bytes.
+        clock_ms: wall clock in Unix milliseconds (injected for tests).
+
+    Raises:
+        StoreLocked: another process holds the data directory.
+        CorruptedRecord: the file is not a Lazarus checkpoint database.
+    """
+
+    def __init__(
+        self,
+        data_dir: str | os.PathLike[str],
+        *,
+        durability: Durability | str = Durability.SYNC,
+        compression: Compression | str = Compression.NONE,
+        compress_min_bytes: int = 1024,
+        group_window_ms: float = 2.0,
+        group_max_batch: int = 256,
+        max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+        clock_ms: Callable[[], int] = _wall_clock_ms,
+    ) -> None:
+        self.durability = Durability(durability)
+        self.compression = Compression(compression)
+        self.compress_min_bytes = compress_min_bytes
+        self.group_window_s = max(0.0, group_window_ms) / 1000.0
+        self.group_max_batch = max(1, group_max_batch)
+        self.max_payload_bytes = max_payload_bytes
+        self._clock_ms = clock_ms
+        self.data_dir = Path(data_dir)
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.path = self.data_dir / DB_FILENAME
+        self._lock_fd = self._acquire_dir_lock()
+        self._closed = False
+        self._state_lock = threading.Lock()
+        self._corrupted = 0
+        self._commits = 0
+        self._readers: list[sqlite3.Connection] = []
+        self._local = threading.local()
+        self._read_pool: ThreadPoolExecutor | None = None
+        self._queue: queue.SimpleQueue[_Op | object] = queue.SimpleQueue()
+        try:
+            self._wconn = self._connect()
+            sync = "OFF" if self.durability is Durability.NONE else "FULL"
+            self._wconn.execute(f"PRAGMA synchronous={sync}")
+            mode = self._wconn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+            if str(mode).lower() != "wal":
+                raise StoreIOError(f"{self.path}: could not enable WAL mode (got {mode})")
+            self._wconn.executescript(_SCHEMA)
+        except sqlite3.DatabaseError as exc:
+            self._release_dir_lock()
+            raise CorruptedRecord(str(self.path), f"not a usable SQLite database: {exc}") from exc
+        self._writer = threading.Thread(
+            target=self._writer_main, name=f"ckpt-writer:{self.data_dir.name}", daemon=True
+        )
+        self._writer.start()
+        self.aio = AsyncCheckpointStore(self)
+
+    # ------------------------------------------------------------------ set-up
+
+    def _acquire_dir_lock(self) -> int:
+        lock_path = self.data_dir / LOCK_FILENAME
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 64, 0).decode("ascii", "replace").strip() or "another process"
+            os.close(fd)
+            raise StoreLocked(str(lock_path), f"pid {holder}") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        return fd
+
+    def _release_dir_lock(self) -> None:
+        with contextlib.suppress(OSError):
+            fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+            os.close(self._lock_fd)
+
+    def _connect(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(
+            self.path, isolation_level=None, check_same_thread=False, timeout=30.0
+        )
+        conn.execute("PRAGMA busy_timeout=30000")
+        return conn
+
+    def _reader(self) -> sqlite3.Connection:
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            with self._state_lock:
+                if self._closed:
+                    raise StoreClosed()
+                conn = self._connect()
+                self._readers.append(conn)
+            self._local.conn = conn
+        return conn
+
+    @contextlib.contextmanager
+    def _read_txn(self) -> Iterator[sqlite3.Connection]:
+        """One consistent snapshot for a multi-statement read."""
+        if self._closed:
+            raise StoreClosed()
+        conn = self._reader()
+        conn.execute("BEGIN")
+        try:
+            yield conn
+        except sqlite3.DatabaseError as exc:
+            if isinstance(exc, sqlite3.OperationalError):
+                raise StoreIOError(f"{self.path}: {exc}") from exc
+            raise CorruptedRecord(str(self.path), str(exc)) from exc
+        finally:
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("COMMIT")
+
+    # ------------------------------------------------------------------ writer
+
+    def _enqueue(self, op: _Op) -> None:
+        with self._state_lock:
+            if self._closed:
+                raise StoreClosed()
+            self._queue.put(op)
+
+    def _call(self, fn: _OpFn[T]) -> T:
+        """Run a write op on the writer thread and wait for its commit."""
+        fut: Future[T] = Future()
+        self._enqueue(_Op(fn, fut, None, None))
+        return fut.result()
+
+    async def _acall(self, fn: _OpFn[T]) -> T:
+        """Run a write op on the writer thread; await its commit without blocking the loop."""
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[T] = loop.create_future()
+        self._enqueue(_Op(fn, None, loop, fut))
+        return await fut
+
+    def _writer_main(self) -> None:
+        recent: deque[int] = deque(maxlen=8)
+        heads = _Heads()
+        try:
+            while True:
+                first = self._queue.get()
+                if first is _STOP:
+                    return
+                assert isinstance(first, _Op)
+                batch, stop = self._gather(first, recent)
+                recent.append(len(batch))
+                self._run_batch(batch, heads)
+                if stop:
+                    return
+        except BaseException as exc:  # a bug in the writer: fail loudly, never hang callers
+            log.exception("checkpoint writer died")
+            with self._state_lock:
+                self._closed = True
+            self._fail_pending(StoreIOError(f"checkpoint writer died: {exc!r}"))
+            raise
+        finally:
+            with contextlib.suppress(sqlite3.Error):
+                self._wconn.close()
+
+    def _gather(self, first: _Op, recent: deque[int]) -> tuple[builtins.list[_Op], bool]:
+        batch = [first]
+        if self.durability is Durability.SYNC:
+            return batch, False
+        waiting = self.durability is Durability.GROUP and self.group_window_s > 0
+        target = min(self.group_max_batch, max(recent, default=1))
+        deadline = time.monotonic() + self.group_window_s
+        while len(batch) < self.group_max_batch:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                remaining = deadline - time.monotonic()
+                if not waiting or len(batch) >= target or remaining <= 0:
+                    break
+                try:
+                    item = self._queue.get(timeout=remaining)
+                except queue.Empty:
+                    break
+            if item is _STOP:
+                return batch, True
+            assert isinstance(item, _Op)
+            batch.append(item)
+        return batch, False
+
+    def _run_batch(self, batch: builtins.list[_Op], heads: _Heads) -> None:
+        """Run a batch as one transaction; resolve each caller after the commit.
+
+        Ordering rule: every op makes its checks before its first write, so a
+        refused op (an exception other than ``sqlite3.Error``) wrote nothing and
+        the rest of the batch commits without it. An ``sqlite3.Error`` fails the
+        whole batch: it is rolled back and every caller is told nothing was saved.
+        """
+        conn = self._wconn
+        results: list[tuple[_Op, Any, BaseException | None]] = []
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            for op in batch:
+                try:
+                    results.append((op, op.fn(conn, heads), None))
+                except sqlite3.Error:
+                    raise
+                except Exception as exc:
+                    results.append((op, None, exc))
+            dirty = heads.dirty()
+            if dirty:
+                conn.executemany(
+                    "INSERT INTO tasks (task_id, epoch, last_journal_seq, last_checkpoint_seq) "
+                    "VALUES (?, ?, ?, ?) ON CONFLICT (task_id) DO UPDATE SET "
+                    "epoch = excluded.epoch, last_journal_seq = excluded.last_journal_seq, "
+                    "last_checkpoint_seq = excluded.last_checkpoint_seq",
+                    [(task_id, *head) for task_id, head in dirty],
+                )
+            if any(err is None for _, _, err in results):
+                conn.execute("COMMIT")
+            else:
+                conn.execute("ROLLBACK")
+            heads.commit()
+            self._commits += 1
+        except sqlite3.Error as exc:
+            heads.rollback()
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("ROLLBACK")
+            log.error("checkpoint batch of %d failed to commit: %s", len(batch), exc)
+            err = StoreIOError(
+                f"{self.path}: commit failed, nothing of this write was saved: {exc}"
+            )
+            _deliver([(op, None, err) for op in batch])
+            return
+        _deliver(results)
+
+    def _fail_pending(self, err: BaseException) -> None:
+        failed = []
+        while True:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if isinstance(item, _Op):
+                failed.append((item, None, err))
+        _deliver(failed)
+
+    # --------------------------------------------------------- write operations
+
+    def _save_op(self, checkpoint: Checkpoint) -> _OpFn[SaveOutcome]:
+        cp = validate_checkpoint(checkpoint, self.max_payload_bytes)
+
+        def op(conn: sqlite3.Connection, heads: _Heads) -> SaveOutcome:
+            epoch, last_journal, last_seq = heads.get(conn, cp.task_id) or (cp.epoch, 0, 0)
+            if cp.epoch < epoch:
+                raise StaleEpoch(cp.task_id, cp.epoch, epoch)
+            if cp.covers_journal_seq > last_journal:
+                raise FutureJournalSeq(cp.task_id, cp.covers_journal_seq, last_journal)
+            seq = last_seq + 1
+            self._insert_checkpoint(conn, cp, seq, parent_ref="")
+            heads.set(cp.task_id, (cp.epoch, last_journal, seq))
+            return SaveOutcome(make_ref(cp.task_id, seq), seq, cp.covers_journal_seq, cp.terminal)
+
+        return op
+
+    def _insert_checkpoint(
+        self, conn: sqlite3.Connection, cp: Checkpoint, seq: int, parent_ref: str
+    ) -> None:
+        encoding, stored = encode_payload(
+            cp.payload, self.compression is Compression.ZSTD, self.compress_min_bytes
+        )
+        created = self._clock_ms()
+        checksum = _checkpoint_checksum(
+            cp.task_id,
+            seq,
+            cp.epoch,
+            cp.covers_journal_seq,
+            cp.terminal,
+            cp.label,
+            created,
+            parent_ref,
+            encoding,
+            stored,
+        )
+        conn.execute(
+            f"INSERT INTO checkpoints ({_CKPT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                cp.task_id,
+                seq,
+                cp.epoch,
+                cp.covers_journal_seq,
+                int(cp.terminal),
+                cp.label,
+                created,
+                parent_ref,
+                encoding,
+                stored,
+                checksum,
+            ),
+        )
+
+    def _append_op(self, task_id: str, event: bytes, epoch: int) -> _OpFn[int]:
+        validate_task_id(task_id)
+        validate_seq(epoch, "epoch")
+        payload = validate_payload(event, self.max_payload_bytes, "event")
+
+        def op(conn: sqlite3.Connection, heads: _Heads) -> int:
+            stored_epoch, last_journal, last_seq = heads.get(conn, task_id) or (epoch, 0, 0)
+            if epoch < stored_epoch:
+                raise StaleEpoch(task_id, epoch, stored_epoch)
+            seq = last_journal + 1
+            created = self._clock_ms()
+            checksum = _journal_checksum(task_id, seq, epoch, created, payload)
+            conn.execute(
+                "INSERT INTO journal (task_id, seq, epoch, created_at_ms, payload, checksum) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                (task_id, seq, epoch, created, payload, checksum),
+            )
+            heads.set(task_id, (epoch, seq, last_seq))
+            return seq
+
+        return op
+
+    def _prune_op(self, task_id: str, policy: PrunePolicy) -> _OpFn[PruneReport]:
+        validate_task_id(task_id)
+        if not isinstance(policy, PrunePolicy):
+            raise InvalidArgument("policy", f"must be a PrunePolicy, got {type(policy).__name__}")
+        cutoff = validate_seq(policy.prune_covered_before, "prune_covered_before")
+
+        def op(conn: sqlite3.Connection, heads: _Heads) -> PruneReport:
+            preserved: str | None = None
+            keep_seq = -1
+            if policy.preserve_latest_terminal:
+                row = conn.execute(
+                    f"SELECT seq FROM checkpoints WHERE task_id = ? AND terminal = 1 "
+                    f"{_CKPT_ORDER_DESC} LIMIT 1",
+                    (task_id,),
+                ).fetchone()
+                if row is not None:
+                    keep_seq = int(row[0])
+                    preserved = make_ref(task_id, keep_seq)
+            pruned = conn.execute(
+                "DELETE FROM checkpoints WHERE task_id = ? AND covers_journal_seq < ? AND seq != ?",
+                (task_id, cutoff, keep_seq),
+            ).rowcount
+            retained, min_cover = conn.execute(
+                "SELECT COUNT(*), MIN(covers_journal_seq) FROM checkpoints WHERE task_id = ?",
+                (task_id,),
+            ).fetchone()
+            compacted = 0
+            if policy.compact_journal and retained:
+                compacted = conn.execute(
+                    "DELETE FROM journal WHERE task_id = ? AND seq <= ?", (task_id, int(min_cover))
+                ).rowcount
+            return PruneReport(task_id, pruned, int(retained), preserved, compacted)
+
+        return op
+
+    def _fork_op(
+        self, from_ref: str, edits: Mapping[str, Any] | None, new_task_id: str | None
+    ) -> _OpFn[str]:
+        src_task, src_seq = parse_ref(from_ref)
+        if edits is not None and (
+            not isinstance(edits, Mapping) or not all(isinstance(k, str) for k in edits)
+        ):
+            raise InvalidArgument("edits", "must be a mapping with string keys")
+        target = None if new_task_id is None else validate_task_id(new_task_id, "new_task_id")
+        edit_bytes = JsonCodec.encode(dict(edits)) if edits else None  # fail fast, in the caller
+
+        def op(conn: sqlite3.Connection, heads: _Heads) -> str:
+            row = conn.execute(
+                f"SELECT {_CKPT_COLUMNS} FROM checkpoints WHERE task_id = ? AND seq = ?",
+                (src_task, src_seq),
+            ).fetchone()
+            if row is None:
+                raise UnknownCheckpoint(from_ref)
+            source = self._decode_checkpoint(row)
+            payload = source.payload
+            if edit_bytes is not None:
+                state = JsonCodec.decode(payload)
+                if not isinstance(state, dict):
+                    raise InvalidArgument("edits", f"checkpoint {from_ref!r} is not a JSON object")
+                state.update(JsonCodec.decode(edit_bytes))
+                payload = validate_payload(JsonCodec.encode(state), self.max_payload_bytes)
+            new_id = target or f"{src_task}.fork-{uuid.uuid4().hex[:12]}"
+            if heads.get(conn, new_id) is not None:
+                raise TaskExists(new_id)
+            cp = Checkpoint(new_id, source.epoch, payload, 0, False, f"fork-of:{from_ref}")
+            self._insert_checkpoint(conn, cp, 1, parent_ref=from_ref)
+            heads.set(new_id, (source.epoch, 0, 1))
+            return new_id
+
+        return op
+
+    # ------------------------------------------------------------- decoding
+
+    def _note_corrupt(self, kind: str, err: CorruptedRecord) -> None:
+        with self._state_lock:
+            self._corrupted += 1
+        CORRUPT_RECORDS.labels(kind=kind).inc()
+        log.warning("%s (data dir %s)", err, self.data_dir)
+
+    @staticmethod
+    def _info(row: tuple[Any, ...], stored_bytes: int) -> CheckpointInfo:
+        task_id, seq, epoch, covers, terminal, label, created, parent = row[:8]
+        return CheckpointInfo(
+            ref=make_ref(task_id, seq),
+            task_id=task_id,
+            seq=int(seq),
+            epoch=int(epoch),
+            covers_journal_seq=int(covers),
+            terminal=bool(terminal),
+            label=label,
+            created_at_ms=int(created),
+            parent_ref=parent,
+            stored_bytes=stored_bytes,
+        )
+
+    def _decode_checkpoint(self, row: tuple[Any, ...]) -> StoredCheckpoint:
+        task_id, seq, epoch, covers, terminal, label, created, parent, enc, stored, checksum = row
+        ref = make_ref(str(task_id), int(seq))
+        try:
+            expected = _checkpoint_checksum(
+                task_id, seq, epoch, covers, bool(terminal), label, created, parent, enc, stored
+            )
+        except (TypeError, ValueError) as exc:
+            raise CorruptedCheckpoint(ref, f"unreadable fields: {exc}") from exc
+        if not isinstance(stored, bytes) or expected != checksum:
+            raise CorruptedCheckpoint(
+                ref, f"checksum mismatch (stored {checksum}, computed {expected})"
+            )
+        try:
+            payload = decode_payload(int(enc), stored)
+        except ValueError as exc:
+            raise CorruptedCheckpoint(ref, str(exc)) from exc
+        return StoredCheckpoint(self._info(row, len(stored)), payload)
+
+    def _decode_event(self, row: tuple[Any, ...]) -> JournalEvent:
+        task_id, seq, epoch, created, payload, checksum = row
+        if not isinstance(payload, bytes) or checksum != _journal_checksum(
+            task_id, seq, epoch, created, payload
+        ):
+            raise CorruptedJournalEvent(str(task_id), int(seq), "checksum mismatch")
+        return JournalEvent(str(task_id), int(seq), int(epoch), int(created), payload)
+
+    def _newest_valid(self, rows: Iterator[tuple[Any, ...]]) -> StoredCheckpoint | None:
+        for row in rows:
+            try:
+                return self._decode_checkpoint(row)
+            except CorruptedCheckpoint as err:
+                self._note_corrupt("checkpoint", err)
+        return None
+
+    # ------------------------------------------------------------- sync API
+
+    def save(self, checkpoint: Checkpoint) -> SaveOutcome:
+        """Store a checkpoint durably (per the store's durability mode).
+
+        Args:
+            checkpoint: what to save; its ``epoch`` fences out older owners.
+
+        Returns:
+            ``SaveOutcome(ref, seq, covers_journal_seq, terminal)``.
+
+        Raises:
+            InvalidArgument: a malformed field, named (INVALID_ARGUMENT).
+            FutureJournalSeq: covers a journal seq not yet appended (OUT_OF_RANGE).
+            StaleEpoch: the task already has a newer epoch (FAILED_PRECONDITION).
+            StoreIOError: the commit failed; nothing was saved (UNAVAILABLE).
+            StoreClosed: the store is closed (UNAVAILABLE).
+        """
+        return self._call(self._save_op(checkpoint))
+
+    def append(self, task_id: str, event: bytes, *, epoch: int) -> int:
+        """Append an event to a task's journal.
+
+        Args:
+            task_id: the task.
+            event: the event's bytes (at most ``max_payload_bytes``).
+            epoch: the writer's epoch.
+
+        Returns:
+            The event's journal seq (1 for a task's first event).
+
+        Raises:
+            InvalidArgument, StaleEpoch, StoreIOError, StoreClosed: as ``save``.
+        """
+        return self._call(self._append_op(task_id, event, epoch))
+
+    def load(self, ref: str) -> StoredCheckpoint:
+        """Return the checkpoint with this ref.
+
+        Raises:
+            InvalidArgument: malformed ref (INVALID_ARGUMENT).
+            UnknownCheckpoint: no such checkpoint (NOT_FOUND).
+            CorruptedCheckpoint: it failed verification (DATA_LOSS).
+        """
+        task_id, seq = parse_ref(ref)
+        with self._read_txn() as conn:
+            row = conn.execute(
+                f"SELECT {_CKPT_COLUMNS} FROM checkpoints WHERE task_id = ? AND seq = ?",
+                (task_id, seq),
+            ).fetchone()
+            if row is None:
+                raise UnknownCheckpoint(ref)
+            try:
+                return self._decode_checkpoint(row)
+            except CorruptedCheckpoint as err:
+                self._note_corrupt("checkpoint", err)
+                raise
+
+    def load_latest(self, task_id: str) -> StoredCheckpoint | None:
+        """Return the task's newest valid checkpoint, or None.
+
+        "Newest" orders by (covers_journal_seq, seq). Corrupt checkpoints are
+        counted, logged and skipped.
+
+        Raises:
+            InvalidArgument: malformed task id (INVALID_ARGUMENT).
+        """
+        validate_task_id(task_id)
+        with self._read_txn() as conn:
+            rows = conn.execute(
+                f"SELECT {_CKPT_COLUMNS} FROM checkpoints WHERE task_id = ? {_CKPT_ORDER_DESC}",
+                (task_id,),
+            )
+            return self._newest_valid(rows)
+
+    def load_at_or_before(self, task_id: str, journal_seq: int) -> StoredCheckpoint | None:
+        """Return the newest valid checkpoint covering at most ``journal_seq``.
+
+        Raises:
+            InvalidArgument: malformed task id or negative seq (INVALID_ARGUMENT).
+        """
+        validate_task_id(task_id)
+        validate_seq(journal_seq, "journal_seq")
+        with self._read_txn() as conn:
+            rows = conn.execute(
+                f"SELECT {_CKPT_COLUMNS} FROM checkpoints WHERE task_id = ? "
+                f"AND covers_journal_seq <= ? {_CKPT_ORDER_DESC}",
+                (task_id, journal_seq),
+            )
+            return self._newest_valid(rows)
+
+    def list(self, task_id: str) -> InfoList:
+        """Return the task's checkpoints' metadata, oldest first (by covers, then seq).
+
+        Payloads are not read, so this does not verify checksums (``verify`` does).
+
+        Raises:
+            InvalidArgument: malformed task id (INVALID_ARGUMENT).
+        """
+        validate_task_id(task_id)
+        with self._read_txn() as conn:
+            rows = conn.execute(
+                "SELECT task_id, seq, epoch, covers_journal_seq, terminal, label, created_at_ms, "
+                "parent_ref, length(payload) FROM checkpoints WHERE task_id = ? "
+                "ORDER BY covers_journal_seq, seq",
+                (task_id,),
+            ).fetchall()
+        return [self._info(r, int(r[8])) for r in rows]
+
+    def prune(self, task_id: str, policy: PrunePolicy) -> PruneReport:
+        """Delete the task's checkpoints that cover less than the policy's cutoff.
+
+        Raises:
+            InvalidArgument: malformed task id or policy (INVALID_ARGUMENT).
+        """
+        return self._call(self._prune_op(task_id, policy))
+
+    def fork(
+        self,
+        from_ref: str,
+        edits: Mapping[str, Any] | None = None,
+        *,
+        new_task_id: str | None = None,
+    ) -> str:
+        """Start a new task from a checkpoint, optionally editing its state.
+
+        The new task's first checkpoint (seq 1, covering journal seq 0, same
+        epoch) holds the source's state with ``edits`` applied key by key, which
+        needs a JSON-object payload; its ``parent_ref`` is ``from_ref``.
+
+        Args:
+            from_ref: the checkpoint to fork from.
+            edits: top-level keys to set in the JSON state, or None for none.
+            new_task_id: the new task's id; default ``<task>.fork-<random>``.
+
+        Returns:
+            The new task's id.
+
+        Raises:
+            InvalidArgument: malformed ref or edits, or edits on a non-object state.
+            UnknownCheckpoint: no such checkpoint (NOT_FOUND).
+            CorruptedCheckpoint: the source failed verification (DATA_LOSS).
+            TaskExists: ``new_task_id`` is taken (ALREADY_EXISTS).
+        """
+        return self._call(self._fork_op(from_ref, edits, new_task_id))
+
+    def replay(self, task_id: str, after_seq: int = 0) -> EventList:
+        """Return the task's journal events with seq > ``after_seq``, in order.
+
+        Raises:
+            InvalidArgument: malformed task id or negative seq (INVALID_ARGUMENT).
+            CorruptedJournalEvent: an event failed verification (DATA_LOSS).
+        """
+        validate_task_id(task_id)
+        validate_seq(after_seq, "after_seq")
+        with self._read_txn() as conn:
+            return self._replay(conn, task_id, after_seq)
+
+    def _replay(self, conn: sqlite3.Connection, task_id: str, after_seq: int) -> EventList:
+        rows = conn.execute(
+            "SELECT task_id, seq, epoch, created_at_ms, payload, checksum FROM journal "
+            "WHERE task_id = ? AND seq > ? ORDER BY seq",
+            (task_id, after_seq),
+        )
+        events = []
+        for row in rows:
+            try:
+                events.append(self._decode_event(row))
+            except CorruptedJournalEvent as err:
+                self._note_corrupt("journal", err)
+                raise
+        return events
+
+    def recover(self, task_id: str) -> Recovery:
+        """Return what the task resumes from: newest valid checkpoint + later events.
+
+        Read in one snapshot, so a concurrent writer cannot tear the pair.
+
+        Raises:
+            InvalidArgument: malformed task id (INVALID_ARGUMENT).
+            CorruptedJournalEvent: an event after the checkpoint failed (DATA_LOSS).
+        """
+        validate_task_id(task_id)
+        with self._read_txn() as conn:
+            rows = conn.execute(
+                f"SELECT {_CKPT_COLUMNS} FROM checkpoints WHERE task_id = ? {_CKPT_ORDER_DESC}",
+                (task_id,),
+            )
+            checkpoint = self._newest_valid(rows)
+            after = 0 if checkpoint is None else checkpoint.covers_journal_seq
+            return Recovery(checkpoint, self._replay(conn, task_id, after))
+
+    def task_heads(self) -> builtins.list[TaskHead]:
+        """Return every task the store holds with its newest epoch and seqs, by task id."""
+        with self._read_txn() as conn:
+            rows = conn.execute(
+                "SELECT task_id, epoch, last_checkpoint_seq, last_journal_seq FROM tasks "
+                "ORDER BY task_id"
+            ).fetchall()
+        return [TaskHead(r[0], int(r[1]), int(r[2]), int(r[3])) for r in rows]
+
+    def verify(self) -> VerifyReport:
+        """Check every stored record against its checksum (for operators and tests)."""
+        bad_refs: list[str] = []
+        bad_events: list[tuple[str, int]] = []
+        n_ckpt = n_evt = 0
+        with self._read_txn() as conn:
+            for row in conn.execute(f"SELECT {_CKPT_COLUMNS} FROM checkpoints"):
+                n_ckpt += 1
+                try:
+                    self._decode_checkpoint(row)
+                except CorruptedCheckpoint as err:
+                    self._note_corrupt("checkpoint", err)
+                    bad_refs.append(err.ref)
+            for row in conn.execute(
+                "SELECT task_id, seq, epoch, created_at_ms, payload, checksum FROM journal"
+            ):
+                n_evt += 1
+                try:
+                    self._decode_event(row)
+                except CorruptedJournalEvent as err:
+                    self._note_corrupt("journal", err)
+                    bad_events.append((err.task_id, err.seq))
+        return VerifyReport(n_ckpt, n_evt, tuple(bad_refs), tuple(bad_events))
+
+    @property
+    def corrupted_records(self) -> int:
+        """Corrupt records met by this store object since it was opened."""
+        return self._corrupted
+
+    @property
+    def commits(self) -> int:
+        """Transactions the writer has finished (GROUP mode shares one among many writes)."""
+        return self._commits
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def close(self) -> None:
+        """Finish queued writes, then close every connection and release the data dir.
+
+        Idempotent. Later calls raise ``StoreClosed``.
+        """
+        with self._state_lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._queue.put(_STOP)
+        self._writer.join()
+        self._fail_pending(StoreClosed())
+        if self._read_pool is not None:
+            self._read_pool.shutdown(wait=True)
+        with self._state_lock:
+            readers, self._readers = self._readers, []
+        for conn in readers:
+            with contextlib.suppress(sqlite3.Error):
+                conn.close()
+        self._release_dir_lock()
+
+    def __enter__(self) -> CheckpointStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _pool(self) -> ThreadPoolExecutor:
+        with self._state_lock:
+            if self._closed:
+                raise StoreClosed()
+            if self._read_pool is None:
+                self._read_pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="ckpt-read")
+            return self._read_pool
+
+
+class AsyncCheckpointStore:
+    """The asyncio face of a ``CheckpointStore`` (``store.aio``).
+
+    Same methods, same errors, as coroutines. Writes await the writer thread's
+    future; reads run on a thread pool. Nothing blocks the event loop: argument
+    validation is the only work done on it.
+    """
+
+    def __init__(self, store: CheckpointStore) -> None:
+        self._store = store
+
+    @property
+    def store(self) -> CheckpointStore:
+        return self._store
+
+    async def _read(self, fn: Callable[..., T], *args: Any) -> T:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._store._pool(), fn, *args)
+
+    async def save(self, checkpoint: Checkpoint) -> SaveOutcome:
+        """See ``CheckpointStore.save``."""
+        return await self._store._acall(self._store._save_op(checkpoint))
+
+    async def append(self, task_id: str, event: bytes, *, epoch: int) -> int:
+        """See ``CheckpointStore.append``."""
+        return await self._store._acall(self._store._append_op(task_id, event, epoch))
+
+    async def prune(self, task_id: str, policy: PrunePolicy) -> PruneReport:
+        """See ``CheckpointStore.prune``."""
+        return await self._store._acall(self._store._prune_op(task_id, policy))
+
+    async def fork(
+        self,
+        from_ref: str,
+        edits: Mapping[str, Any] | None = None,
+        *,
+        new_task_id: str | None = None,
+    ) -> str:
+        """See ``CheckpointStore.fork``."""
+        return await self._store._acall(self._store._fork_op(from_ref, edits, new_task_id))
+
+    async def load(self, ref: str) -> StoredCheckpoint:
+        """See ``CheckpointStore.load``."""
+        parse_ref(ref)
+        return await self._read(self._store.load, ref)
+
+    async def load_latest(self, task_id: str) -> StoredCheckpoint | None:
+        """See ``CheckpointStore.load_latest``."""
+        validate_task_id(task_id)
+        return await self._read(self._store.load_latest, task_id)
+
+    async def load_at_or_before(self, task_id: str, journal_seq: int) -> StoredCheckpoint | None:
+        """See ``CheckpointStore.load_at_or_before``."""
+        validate_task_id(task_id)
+        validate_seq(journal_seq, "journal_seq")
+        return await self._read(self._store.load_at_or_before, task_id, journal_seq)
+
+    async def list(self, task_id: str) -> InfoList:
+        """See ``CheckpointStore.list``."""
+        validate_task_id(task_id)
+        return await self._read(self._store.list, task_id)
+
+    async def replay(self, task_id: str, after_seq: int = 0) -> EventList:
+        """See ``CheckpointStore.replay``."""
+        validate_task_id(task_id)
+        validate_seq(after_seq, "after_seq")
+        return await self._read(self._store.replay, task_id, after_seq)
+
+    async def recover(self, task_id: str) -> Recovery:
+        """See ``CheckpointStore.recover``."""
+        validate_task_id(task_id)
+        return await self._read(self._store.recover, task_id)
+
+    async def task_heads(self) -> builtins.list[TaskHead]:
+        """See ``CheckpointStore.task_heads``."""
+        return await self._read(self._store.task_heads)
+
+    async def close(self) -> None:
+        """Close the store without blocking the loop while queued writes finish."""
+        await asyncio.to_thread(self._store.close)
+
+
+__all__ = [
+    "AsyncCheckpointStore",
+    "CheckpointStore",
+    "CheckpointStoreError",
+    "VerifyReport",
+]

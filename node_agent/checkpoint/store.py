@@ -511,10 +511,11 @@ class CheckpointStore:
                 )
             if any(err is None for _, _, err in results):
                 conn.execute("COMMIT")
+                self._commits += 1
+                heads.commit()
             else:
                 conn.execute("ROLLBACK")
-            heads.commit()
-            self._commits += 1
+                heads.rollback()
         except sqlite3.Error as exc:
             heads.rollback()
             with contextlib.suppress(sqlite3.Error):

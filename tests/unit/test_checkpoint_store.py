@@ -1,0 +1,404 @@
+"""Behaviour of the local checkpoint store: API, bad input, corruption, modes."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from node_agent.checkpoint import (
+    DB_FILENAME,
+    Checkpoint,
+    CheckpointStore,
+    CheckpointStoreError,
+    CorruptedCheckpoint,
+    CorruptedJournalEvent,
+    Durability,
+    FutureJournalSeq,
+    InvalidArgument,
+    JsonCodec,
+    PrunePolicy,
+    StaleEpoch,
+    StoreClosed,
+    StoreLocked,
+    TaskExists,
+    UnknownCheckpoint,
+    parse_ref,
+)
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[CheckpointStore]:
+    s = CheckpointStore(tmp_path / "node", durability="sync")
+    yield s
+    s.close()
+
+
+def _cp(task: str, epoch: int, state: object, covers: int = 0, **kw: object) -> Checkpoint:
+    return Checkpoint(task, epoch, JsonCodec.encode(state), covers, **kw)  # type: ignore[arg-type]
+
+
+def _corrupt(path: Path, sql: str, *args: object) -> None:
+    """Flip stored bytes behind the store's back, as bit rot or a bug would."""
+    conn = sqlite3.connect(path / DB_FILENAME)
+    with conn:
+        conn.execute(sql, args)
+    conn.close()
+
+
+def test_save_then_recover_returns_checkpoint_and_later_events(store: CheckpointStore) -> None:
+    for i in range(1, 4):
+        assert store.append("t", f"e{i}".encode(), epoch=1) == i
+    out = store.save(_cp("t", 1, {"n": 2}, covers=2, label="every 2"))
+    assert (out.ref, out.seq, out.covers_journal_seq, out.terminal) == ("t@1", 1, 2, False)
+    store.append("t", b"e4", epoch=1)
+
+    rec = store.recover("t")
+    assert rec.checkpoint is not None
+    assert JsonCodec.decode(rec.checkpoint.payload) == {"n": 2}
+    assert rec.checkpoint.info.label == "every 2"
+    assert [e.seq for e in rec.events] == [3, 4]
+    assert [e.payload for e in rec.events] == [b"e3", b"e4"]
+
+
+def test_recover_without_checkpoint_replays_whole_journal(store: CheckpointStore) -> None:
+    store.append("t", b"a", epoch=0)
+    rec = store.recover("t")
+    assert rec.checkpoint is None
+    assert [e.payload for e in rec.events] == [b"a"]
+    assert store.recover("never-seen").events == []
+
+
+def test_latest_orders_by_covered_seq_then_checkpoint_seq(store: CheckpointStore) -> None:
+    for _ in range(5):
+        store.append("t", b"x", epoch=1)
+    store.save(_cp("t", 1, "a", covers=4))
+    store.save(_cp("t", 1, "b", covers=2))  # newer seq, covers less
+    store.save(_cp("t", 1, "c", covers=4))
+    latest = store.load_latest("t")
+    assert latest is not None
+    assert (latest.ref, JsonCodec.decode(latest.payload)) == ("t@3", "c")
+    at3 = store.load_at_or_before("t", 3)
+    assert at3 is not None
+    assert at3.ref == "t@2"
+    assert store.load_at_or_before("t", 1) is None
+    assert [i.ref for i in store.list("t")] == ["t@2", "t@1", "t@3"]
+
+
+def test_stale_epoch_is_refused_and_store_stays_usable(store: CheckpointStore) -> None:
+    store.save(_cp("t", 3, "new owner"))
+    with pytest.raises(StaleEpoch) as err:
+        store.save(_cp("t", 2, "zombie"))
+    assert (err.value.epoch, err.value.current_epoch, err.value.grpc_code) == (
+        2,
+        3,
+        "FAILED_PRECONDITION",
+    )
+    with pytest.raises(StaleEpoch):
+        store.append("t", b"zombie event", epoch=2)
+    assert store.save(_cp("t", 4, "next owner")).seq == 2
+    latest = store.load_latest("t")
+    assert latest is not None
+    assert latest.epoch == 4
+    assert [h.epoch for h in store.task_heads()] == [4]
+
+
+def test_checkpoint_covering_future_journal_seq_is_refused(store: CheckpointStore) -> None:
+    store.append("t", b"1", epoch=1)
+    with pytest.raises(FutureJournalSeq) as err:
+        store.save(_cp("t", 1, {}, covers=2))
+    assert err.value.field == "covers_journal_seq"
+    assert err.value.grpc_code == "OUT_OF_RANGE"
+    assert "newest appended journal seq 1" in str(err.value)
+    assert store.list("t") == []
+    assert store.save(_cp("t", 1, {}, covers=1)).seq == 1
+
+
+@pytest.mark.parametrize(
+    ("call", "field"),
+    [
+        (lambda s: s.save(_cp("", 1, {})), "task_id"),
+        (lambda s: s.save(_cp("a\x00b", 1, {})), "task_id"),
+        (lambda s: s.save(_cp("x" * 300, 1, {})), "task_id"),
+        (lambda s: s.save(_cp("t", -1, {})), "epoch"),
+        (lambda s: s.save(_cp("t", 1, {}, covers=-5)), "covers_journal_seq"),
+        (lambda s: s.save(Checkpoint("t", 1, "not bytes")), "payload"),  # type: ignore[arg-type]
+        (lambda s: s.save(Checkpoint("t", True, b"")), "epoch"),
+        (lambda s: s.save("not a checkpoint"), "checkpoint"),
+        (lambda s: s.append("t", b"x", epoch=-1), "epoch"),
+        (lambda s: s.append("", b"x", epoch=1), "task_id"),
+        (lambda s: s.append("t", 42, epoch=1), "event"),
+        (lambda s: s.load_at_or_before("t", -1), "journal_seq"),
+        (lambda s: s.replay("t", after_seq=-2), "after_seq"),
+        (lambda s: s.load("no-at-sign"), "ref"),
+        (lambda s: s.load("t@0"), "ref"),
+        (lambda s: s.load("t@-1"), "ref"),
+        (lambda s: s.load("@3"), "ref"),
+        (lambda s: s.prune("t", PrunePolicy(-1)), "prune_covered_before"),
+        (lambda s: s.prune("t", "keep"), "policy"),
+        (lambda s: s.fork("t@1", edits=["a"]), "edits"),
+        (lambda s: s.fork("t@1", new_task_id=""), "new_task_id"),
+        (lambda s: s.fork("t@1", {"f": object()}), "state"),
+    ],
+)
+def test_bad_input_names_the_field(store: CheckpointStore, call: object, field: str) -> None:
+    store.save(_cp("t", 1, {"k": 1}))
+    with pytest.raises(InvalidArgument) as err:
+        call(store)  # type: ignore[operator]
+    assert err.value.field == field
+    assert err.value.grpc_code == "INVALID_ARGUMENT"
+    assert str(err.value).startswith(f"{field}:")
+    # the store is still usable and nothing was written by the bad call
+    assert [i.ref for i in store.list("t")] == ["t@1"]
+    assert store.save(_cp("t", 1, {"k": 2})).seq == 2
+
+
+def test_payload_over_limit_is_refused(tmp_path: Path) -> None:
+    with CheckpointStore(tmp_path, max_payload_bytes=16) as s:
+        with pytest.raises(InvalidArgument, match="over the 16-byte limit"):
+            s.save(Checkpoint("t", 1, b"x" * 17))
+        assert s.save(Checkpoint("t", 1, b"x" * 16)).seq == 1
+
+
+def test_unknown_ref_is_not_found(store: CheckpointStore) -> None:
+    with pytest.raises(UnknownCheckpoint) as err:
+        store.load("t@7")
+    assert err.value.grpc_code == "NOT_FOUND"
+    with pytest.raises(UnknownCheckpoint):
+        store.fork("t@7")
+
+
+def test_corrupt_checkpoint_is_skipped_counted_and_never_returned(tmp_path: Path) -> None:
+    d = tmp_path / "n"
+    with CheckpointStore(d) as s:
+        s.save(_cp("t", 1, {"v": 1}))
+        s.save(_cp("t", 1, {"v": 2}))
+    _corrupt(d, "UPDATE checkpoints SET payload = ? WHERE seq = 2", b'{"v":3}')
+    with CheckpointStore(d) as s:
+        latest = s.load_latest("t")
+        assert latest is not None
+        assert (latest.ref, JsonCodec.decode(latest.payload)) == ("t@1", {"v": 1})
+        assert s.corrupted_records == 1
+        with pytest.raises(CorruptedCheckpoint) as err:
+            s.load("t@2")
+        assert err.value.grpc_code == "DATA_LOSS"
+        assert err.value.ref == "t@2"
+        report = s.verify()
+        assert report.corrupt_refs == ("t@2",)
+        assert not report.ok
+        rec = s.recover("t")
+        assert rec.checkpoint is not None
+        assert rec.checkpoint.ref == "t@1"
+        # a corrupt source cannot be forked
+        with pytest.raises(CorruptedCheckpoint):
+            s.fork("t@2")
+
+
+def test_corrupt_metadata_is_detected_too(tmp_path: Path) -> None:
+    d = tmp_path / "n"
+    with CheckpointStore(d) as s:
+        s.append("t", b"a", epoch=1)
+        s.save(_cp("t", 1, {"v": 1}, covers=1))
+    _corrupt(d, "UPDATE checkpoints SET epoch = 9")
+    with CheckpointStore(d) as s:
+        assert s.load_latest("t") is None
+        assert s.corrupted_records == 1
+
+
+def test_corrupt_journal_event_raises_on_replay(tmp_path: Path) -> None:
+    d = tmp_path / "n"
+    with CheckpointStore(d) as s:
+        for p in (b"a", b"b", b"c"):
+            s.append("t", p, epoch=1)
+    _corrupt(d, "UPDATE journal SET payload = ? WHERE seq = 2", b"B")
+    with CheckpointStore(d) as s:
+        assert [e.payload for e in s.replay("t", after_seq=2)] == [b"c"]
+        with pytest.raises(CorruptedJournalEvent) as err:
+            s.replay("t")
+        assert (err.value.seq, err.value.grpc_code) == (2, "DATA_LOSS")
+        assert s.verify().corrupt_events == (("t", 2),)
+
+
+def test_undecodable_compressed_payload_is_corrupt(tmp_path: Path) -> None:
+    d = tmp_path / "n"
+    with CheckpointStore(d, compression="zstd") as s:
+        s.save(Checkpoint("t", 1, b"a" * 4096))
+    conn = sqlite3.connect(d / DB_FILENAME)
+    with conn:
+        (stored,) = conn.execute("SELECT payload FROM checkpoints").fetchone()
+        assert len(stored) < 4096  # it really was compressed
+    conn.close()
+    with CheckpointStore(d) as s:
+        got = s.load("t@1")
+        assert got.payload == b"a" * 4096
+        assert got.info.stored_bytes == len(stored)
+
+
+def test_prune_keeps_latest_terminal_and_compacts_journal(store: CheckpointStore) -> None:
+    for _ in range(10):
+        store.append("t", b"e", epoch=1)
+    store.save(_cp("t", 1, "s2", covers=2))
+    store.save(_cp("t", 1, "done", covers=3, terminal=True))
+    store.save(_cp("t", 1, "s6", covers=6))
+    store.save(_cp("t", 1, "s8", covers=8))
+    report = store.prune("t", PrunePolicy(prune_covered_before=7, compact_journal=True))
+    assert (report.pruned_count, report.retained_count) == (2, 2)
+    assert report.preserved_terminal_ref == "t@2"
+    assert [i.ref for i in store.list("t")] == ["t@2", "t@4"]
+    # events up to the smallest retained cover (3) are gone; later ones remain
+    assert report.compacted_events == 3
+    assert [e.seq for e in store.replay("t")] == list(range(4, 11))
+    rec = store.recover("t")
+    assert rec.checkpoint is not None
+    assert rec.checkpoint.ref == "t@4"
+    assert [e.seq for e in rec.events] == [9, 10]
+
+    report = store.prune("t", PrunePolicy(prune_covered_before=100, preserve_latest_terminal=False))
+    assert (report.pruned_count, report.retained_count, report.preserved_terminal_ref) == (
+        2,
+        0,
+        None,
+    )
+
+
+def test_fork_applies_edits_and_records_lineage(store: CheckpointStore) -> None:
+    store.append("t", b"e", epoch=5)
+    store.save(_cp("t", 5, {"a": 1, "b": [1, 2]}, covers=1))
+    new = store.fork("t@1", {"a": 99, "c": "x"}, new_task_id="t-fork")
+    assert new == "t-fork"
+    forked = store.load_latest(new)
+    assert forked is not None
+    assert JsonCodec.decode(forked.payload) == {"a": 99, "b": [1, 2], "c": "x"}
+    assert (forked.info.parent_ref, forked.epoch, forked.covers_journal_seq) == ("t@1", 5, 0)
+    assert forked.info.label == "fork-of:t@1"
+    # the source is untouched; the forked task continues on its own journal
+    src = store.load_latest("t")
+    assert src is not None
+    assert JsonCodec.decode(src.payload) == {"a": 1, "b": [1, 2]}
+    assert store.append(new, b"own", epoch=5) == 1
+    auto = store.fork("t@1")
+    assert auto.startswith("t.fork-")
+    with pytest.raises(TaskExists):
+        store.fork("t@1", new_task_id="t-fork")
+
+
+def test_fork_edits_need_a_json_object(store: CheckpointStore) -> None:
+    store.save(Checkpoint("t", 1, b"\x00raw"))
+    with pytest.raises(InvalidArgument):
+        store.fork("t@1", {"a": 1})
+    assert store.fork("t@1", new_task_id="copy") == "copy"
+    copy = store.load_latest("copy")
+    assert copy is not None
+    assert copy.payload == b"\x00raw"
+
+
+def test_data_dir_is_locked_to_one_store(tmp_path: Path) -> None:
+    first = CheckpointStore(tmp_path)
+    with pytest.raises(StoreLocked, match="one node agent per data directory"):
+        CheckpointStore(tmp_path)
+    first.close()
+    CheckpointStore(tmp_path).close()
+
+
+def test_closed_store_raises_store_closed(tmp_path: Path) -> None:
+    s = CheckpointStore(tmp_path)
+    s.save(_cp("t", 1, {}))
+    s.close()
+    s.close()  # idempotent
+    with pytest.raises(StoreClosed):
+        s.save(_cp("t", 1, {}))
+    with pytest.raises(StoreClosed):
+        s.load_latest("t")
+
+
+def test_reopen_continues_sequences(tmp_path: Path) -> None:
+    with CheckpointStore(tmp_path) as s:
+        s.append("t", b"a", epoch=2)
+        s.save(_cp("t", 2, 1, covers=1))
+    with CheckpointStore(tmp_path) as s:
+        assert s.append("t", b"b", epoch=2) == 2
+        assert s.save(_cp("t", 2, 2, covers=2)).seq == 2
+        with pytest.raises(StaleEpoch):
+            s.save(_cp("t", 1, 3))
+        heads = s.task_heads()
+        assert [(h.task_id, h.epoch, h.last_checkpoint_seq, h.last_journal_seq) for h in heads] == [
+            ("t", 2, 2, 2)
+        ]
+
+
+@pytest.mark.parametrize("mode", list(Durability))
+async def test_async_api_in_every_mode(tmp_path: Path, mode: Durability) -> None:
+    writer_threads: set[str] = set()
+
+    def clock_ms() -> int:
+        writer_threads.add(threading.current_thread().name)
+        return 1_700_000_000_000
+
+    store = CheckpointStore(tmp_path, durability=mode, clock_ms=clock_ms)
+    a = store.aio
+
+    async def task(i: int) -> None:
+        tid = f"task-{i}"
+        for k in range(1, 11):
+            seq = await a.append(tid, f"{k}".encode(), epoch=1)
+            out = await a.save(_cp(tid, 1, {"k": k}, covers=seq))
+            assert out.seq == k
+
+    await asyncio.gather(*(task(i) for i in range(8)))
+    for i in range(8):
+        rec = await a.recover(f"task-{i}")
+        assert rec.checkpoint is not None
+        assert JsonCodec.decode(rec.checkpoint.payload) == {"k": 10}
+        assert rec.events == []
+        assert len(await a.list(f"task-{i}")) == 10
+    with pytest.raises(StaleEpoch):
+        await a.save(_cp("task-0", 0, {}))
+    with pytest.raises(InvalidArgument):
+        await a.load_latest("")
+    # every write ran on the store's writer thread, none on the event loop's
+    assert writer_threads
+    assert threading.current_thread().name not in writer_threads
+    assert store.commits >= 1
+    if mode is Durability.SYNC:
+        assert store.commits == 160
+    await a.close()
+
+
+async def test_group_commit_shares_fsyncs_among_concurrent_writers(tmp_path: Path) -> None:
+    store = CheckpointStore(tmp_path, durability="group", group_window_ms=5)
+    a = store.aio
+
+    async def writer(i: int) -> None:
+        for _ in range(20):
+            await a.save(Checkpoint(f"t{i}", 1, b"x" * 1024))
+
+    await asyncio.gather(*(writer(i) for i in range(32)))
+    # 640 saves; one transaction per save would be 640 commits
+    assert store.commits < 640 // 4
+    assert sum(len(store.list(f"t{i}")) for i in range(32)) == 640
+    await a.close()
+
+
+async def test_one_refused_write_does_not_fail_its_batch(tmp_path: Path) -> None:
+    store = CheckpointStore(tmp_path, durability="group", group_window_ms=20)
+    a = store.aio
+    await a.save(_cp("fenced", 5, {}))
+    results = await asyncio.gather(
+        *(a.save(_cp(f"ok{i}", 1, {})) for i in range(10)),
+        a.save(_cp("fenced", 4, {})),
+        return_exceptions=True,
+    )
+    assert [type(r).__name__ for r in results] == ["SaveOutcome"] * 10 + ["StaleEpoch"]
+    assert all(len(store.list(f"ok{i}")) == 1 for i in range(10))
+    assert len(store.list("fenced")) == 1
+    await a.close()
+
+
+def test_errors_are_one_family() -> None:
+    for cls in (InvalidArgument, StaleEpoch, UnknownCheckpoint, CorruptedCheckpoint, StoreClosed):
+        assert issubclass(cls, CheckpointStoreError)
+    assert parse_ref("a@b@12") == ("a@b", 12)

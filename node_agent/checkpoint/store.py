@@ -6,7 +6,9 @@ One SQLite database per node-agent data directory, in WAL mode, guarded by an
 ``flock`` so two agents never share it. Every write — ``save``, ``append``,
 ``prune``, ``fork`` — is a small function queued to a single *writer thread*
 that owns the only write connection; reads run on per-thread read connections,
-which WAL lets proceed beside the writer.
+which WAL lets proceed beside the writer. A *sync* caller that finds the writer
+idle commits its own write inline under the same write lock, saving two thread
+wake-ups; a busy writer makes it queue like everyone else.
 
 The writer takes operations off its queue in batches and runs each batch as one
 transaction, each operation inside its own SAVEPOINT so that one refused write
@@ -340,6 +342,8 @@ class CheckpointStore:
         self._local = threading.local()
         self._read_pool: ThreadPoolExecutor | None = None
         self._queue: queue.SimpleQueue[_Op | object] = queue.SimpleQueue()
+        self._wlock = threading.Lock()  # held while a batch runs on the write connection
+        self._heads = _Heads()  # guarded by _wlock
         try:
             self._wconn = self._connect()
             sync = "OFF" if self.durability is Durability.NONE else "FULL"
@@ -421,9 +425,24 @@ class CheckpointStore:
             self._queue.put(op)
 
     def _call(self, fn: _OpFn[T]) -> T:
-        """Run a write op on the writer thread and wait for its commit."""
+        """Run a write op and wait for its commit.
+
+        When no batch is in flight the caller commits its own write inline, under
+        the write lock, and skips two thread wake-ups (LevelDB's write group has
+        its leader do the same). Otherwise the op joins the writer thread's queue,
+        where it can share a batch and an fsync with its concurrent peers.
+        """
         fut: Future[T] = Future()
-        self._enqueue(_Op(fn, fut, None, None))
+        op = _Op(fn, fut, None, None)
+        if self._wlock.acquire(blocking=False):
+            try:
+                if self._closed:
+                    raise StoreClosed()
+                self._run_batch([op], self._heads)
+            finally:
+                self._wlock.release()
+        else:
+            self._enqueue(op)
         return fut.result()
 
     async def _acall(self, fn: _OpFn[T]) -> T:
@@ -435,16 +454,16 @@ class CheckpointStore:
 
     def _writer_main(self) -> None:
         recent: deque[int] = deque(maxlen=8)
-        heads = _Heads()
         try:
             while True:
                 first = self._queue.get()
                 if first is _STOP:
                     return
                 assert isinstance(first, _Op)
-                batch, stop = self._gather(first, recent)
-                recent.append(len(batch))
-                self._run_batch(batch, heads)
+                with self._wlock:
+                    batch, stop = self._gather(first, recent)
+                    recent.append(len(batch))
+                    self._run_batch(batch, self._heads)
                 if stop:
                     return
         except BaseException as exc:  # a bug in the writer: fail loudly, never hang callers
@@ -454,7 +473,7 @@ class CheckpointStore:
             self._fail_pending(StoreIOError(f"checkpoint writer died: {exc!r}"))
             raise
         finally:
-            with contextlib.suppress(sqlite3.Error):
+            with self._wlock, contextlib.suppress(sqlite3.Error):
                 self._wconn.close()
 
     def _gather(self, first: _Op, recent: deque[int]) -> tuple[builtins.list[_Op], bool]:

@@ -1,0 +1,350 @@
+"""Checkpoint store throughput and latency, against langgraph's SqliteSaver.
+
+For every payload size (1 KiB, 256 KiB), durability mode (sync, group, none)
+and concurrency (1, 32 tasks), saves checkpoints for ``--duration`` seconds and
+records saves/s and p50 / p99 latency. The same workload runs through
+``langgraph.checkpoint.sqlite.SqliteSaver.put`` — what an agent developer would
+pick instead — at equal durability: WAL with ``synchronous=FULL`` (a commit is
+fsynced before ``put`` returns) for our sync and group modes, ``synchronous=OFF``
+for none; concurrency there is threads, since SqliteSaver is synchronous.
+
+Each cell runs ``--rounds`` times, ours and theirs interleaved, each round in a
+fresh database; saves/s is the median over rounds, latency percentiles pool all
+rounds. Results: ``bench/results/checkpoint.json`` and the table between the
+markers in ``bench/README.md``.
+
+Run: ``make bench`` or ``.venv/bin/python bench/checkpoint_bench.py [--quick]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import shutil
+import sqlite3
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from node_agent.checkpoint import Checkpoint, CheckpointStore
+
+BENCH_DIR = Path(__file__).resolve().parent
+RESULTS = BENCH_DIR / "results" / "checkpoint.json"
+README = BENCH_DIR / "README.md"
+START, END = "<!-- checkpoint-bench:start -->", "<!-- checkpoint-bench:end -->"
+
+PAYLOADS = {"1KiB": 1024, "256KiB": 256 * 1024}
+MODES = ["sync", "group", "none"]
+CONCURRENCY = [1, 32]
+
+
+@dataclass
+class Cell:
+    impl: str
+    payload: str
+    durability: str
+    concurrency: int
+    saves_per_s: float
+    rounds_saves_per_s: list[float]
+    p50_ms: float
+    p99_ms: float
+    saves: int
+
+
+def _percentile(sorted_values: list[float], q: float) -> float:
+    if not sorted_values:
+        return float("nan")
+    idx = min(len(sorted_values) - 1, max(0, round(q * (len(sorted_values) - 1))))
+    return sorted_values[idx]
+
+
+def run_ours(
+    workdir: Path, payload: bytes, mode: str, concurrency: int, duration_s: float
+) -> tuple[int, float, list[float]]:
+    """Save through ``CheckpointStore.aio`` from ``concurrency`` asyncio tasks."""
+    store = CheckpointStore(workdir, durability=mode)
+    latencies: list[float] = []
+
+    async def main() -> tuple[int, float]:
+        a = store.aio
+        deadline = time.perf_counter() + duration_s
+        count = 0
+
+        async def saver(i: int) -> None:
+            nonlocal count
+            task_id = f"bench-{i}"
+            while time.perf_counter() < deadline:
+                t0 = time.perf_counter()
+                await a.save(Checkpoint(task_id, 1, payload))
+                latencies.append(time.perf_counter() - t0)
+                count += 1
+
+        start = time.perf_counter()
+        await asyncio.gather(*(saver(i) for i in range(concurrency)))
+        return count, time.perf_counter() - start
+
+    try:
+        count, elapsed = asyncio.run(main())
+    finally:
+        store.close()
+    return count, elapsed, latencies
+
+
+def run_ours_sync(
+    workdir: Path, payload: bytes, mode: str, concurrency: int, duration_s: float
+) -> tuple[int, float, list[float]]:
+    """Save through the sync ``CheckpointStore.save`` from ``concurrency`` threads."""
+    store = CheckpointStore(workdir, durability=mode)
+    latencies: list[float] = []
+    counts = [0] * concurrency
+    lat_lock = threading.Lock()
+    deadline = time.perf_counter() + duration_s
+
+    def worker(i: int) -> None:
+        task_id = f"bench-{i}"
+        mine: list[float] = []
+        while time.perf_counter() < deadline:
+            t0 = time.perf_counter()
+            store.save(Checkpoint(task_id, 1, payload))
+            mine.append(time.perf_counter() - t0)
+        counts[i] = len(mine)
+        with lat_lock:
+            latencies.extend(mine)
+
+    start = time.perf_counter()
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(concurrency)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    elapsed = time.perf_counter() - start
+    store.close()
+    return sum(counts), elapsed, latencies
+
+
+def run_theirs(
+    workdir: Path, payload: bytes, mode: str, concurrency: int, duration_s: float
+) -> tuple[int, float, list[float]]:
+    """Save through ``SqliteSaver.put`` from ``concurrency`` threads, equal durability."""
+    from langgraph.checkpoint.base import empty_checkpoint
+    from langgraph.checkpoint.sqlite import SqliteSaver
+
+    conn = sqlite3.connect(workdir / "langgraph.sqlite", check_same_thread=False)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute(f"PRAGMA synchronous={'OFF' if mode == 'none' else 'FULL'}")
+    saver = SqliteSaver(conn)
+    saver.setup()
+    latencies: list[float] = []
+    counts = [0] * concurrency
+    lat_lock = threading.Lock()
+    deadline = time.perf_counter() + duration_s
+
+    def worker(i: int) -> None:
+        config: Any = {"configurable": {"thread_id": f"bench-{i}", "checkpoint_ns": ""}}
+        mine: list[float] = []
+        step = 0
+        while time.perf_counter() < deadline:
+            checkpoint = empty_checkpoint()
+            checkpoint["channel_values"] = {"state": payload}
+            t0 = time.perf_counter()
+            config = saver.put(config, checkpoint, {"source": "loop", "step": step}, {})
+            mine.append(time.perf_counter() - t0)
+            step += 1
+        counts[i] = step
+        with lat_lock:
+            latencies.extend(mine)
+
+    start = time.perf_counter()
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(concurrency)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    elapsed = time.perf_counter() - start
+    conn.close()
+    return sum(counts), elapsed, latencies
+
+
+RUNNERS: dict[str, Callable[[Path, bytes, str, int, float], tuple[int, float, list[float]]]] = {
+    "lazarus": run_ours,
+    "lazarus-sync-api": run_ours_sync,
+    "langgraph-sqlite": run_theirs,
+}
+
+
+def bench(duration_s: float, rounds: int, only: set[str] | None = None) -> list[Cell]:
+    cells: list[Cell] = []
+    for payload_name, size in PAYLOADS.items():
+        payload = os.urandom(size)
+        for mode in MODES:
+            for concurrency in CONCURRENCY:
+                per_impl: dict[str, tuple[list[float], list[float], int]] = {
+                    impl: ([], [], 0) for impl in RUNNERS
+                }
+                for _ in range(rounds):
+                    for impl, runner in RUNNERS.items():
+                        if only and impl not in only:
+                            continue
+                        workdir = Path(tempfile.mkdtemp(prefix="lazarus-bench-"))
+                        try:
+                            count, elapsed, lats = runner(
+                                workdir, payload, mode, concurrency, duration_s
+                            )
+                        finally:
+                            shutil.rmtree(workdir, ignore_errors=True)
+                        rates, all_lats, total = per_impl[impl]
+                        rates.append(count / elapsed)
+                        all_lats.extend(lats)
+                        per_impl[impl] = (rates, all_lats, total + count)
+                for impl, (rates, lats, total) in per_impl.items():
+                    if not rates:
+                        continue
+                    lats.sort()
+                    cell = Cell(
+                        impl=impl,
+                        payload=payload_name,
+                        durability=mode,
+                        concurrency=concurrency,
+                        saves_per_s=round(statistics.median(rates), 1),
+                        rounds_saves_per_s=[round(r, 1) for r in rates],
+                        p50_ms=round(_percentile(lats, 0.50) * 1000, 3),
+                        p99_ms=round(_percentile(lats, 0.99) * 1000, 3),
+                        saves=total,
+                    )
+                    cells.append(cell)
+                    print(
+                        f"{impl:17} {payload_name:>6} {mode:>5} x{concurrency:<2} "
+                        f"{cell.saves_per_s:>10.0f} saves/s  p50 {cell.p50_ms:7.3f} ms  "
+                        f"p99 {cell.p99_ms:7.3f} ms",
+                        flush=True,
+                    )
+    return cells
+
+
+def ratios(cells: list[Cell]) -> list[dict[str, Any]]:
+    """Our saves/s over SqliteSaver's, per cell, for the async and the sync API."""
+    index = {(c.impl, c.payload, c.durability, c.concurrency): c for c in cells}
+    out = []
+    for c in cells:
+        if c.impl != "lazarus":
+            continue
+        key = (c.payload, c.durability, c.concurrency)
+        theirs = index.get(("langgraph-sqlite", *key))
+        sync_api = index.get(("lazarus-sync-api", *key))
+        if theirs is None or theirs.saves_per_s == 0:
+            continue
+        out.append(
+            {
+                "payload": c.payload,
+                "durability": c.durability,
+                "concurrency": c.concurrency,
+                "lazarus_saves_per_s": c.saves_per_s,
+                "lazarus_sync_api_saves_per_s": sync_api.saves_per_s if sync_api else None,
+                "langgraph_saves_per_s": theirs.saves_per_s,
+                "ratio": round(c.saves_per_s / theirs.saves_per_s, 2),
+                "ratio_sync_api": (
+                    round(sync_api.saves_per_s / theirs.saves_per_s, 2) if sync_api else None
+                ),
+            }
+        )
+    return out
+
+
+def table(cells: list[Cell], rat: list[dict[str, Any]]) -> str:
+    index = {(c.impl, c.payload, c.durability, c.concurrency): c for c in cells}
+    lines = [
+        "| payload | durability | tasks | lazarus async saves/s (p50/p99 ms) "
+        "| lazarus sync API saves/s (p50/p99 ms) | SqliteSaver saves/s (p50/p99 ms) "
+        "| ratio async | ratio sync API |",
+        "|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
+
+    def fmt(c: Cell | None) -> str:
+        if c is None:
+            return "-"
+        return f"{c.saves_per_s:,.0f} ({c.p50_ms:.2f} / {c.p99_ms:.2f})"
+
+    for r in rat:
+        key = (r["payload"], r["durability"], r["concurrency"])
+        ours = index[("lazarus", *key)]
+        sync_api = index.get(("lazarus-sync-api", *key))
+        theirs = index[("langgraph-sqlite", *key)]
+        sync_ratio = "-" if r["ratio_sync_api"] is None else f"{r['ratio_sync_api']:.1f}x"
+        lines.append(
+            f"| {r['payload']} | {r['durability']} | {r['concurrency']} | {fmt(ours)} "
+            f"| {fmt(sync_api)} | {fmt(theirs)} | **{r['ratio']:.1f}x** | {sync_ratio} |"
+        )
+    return "\n".join(lines)
+
+
+def write_readme(section: str) -> None:
+    text = README.read_text() if README.exists() else "# Benchmarks\n"
+    block = f"{START}\n{section}\n{END}"
+    if START in text and END in text:
+        head, rest = text.split(START, 1)
+        text = head + block + rest.split(END, 1)[1]
+    else:
+        text = text.rstrip() + "\n\n" + block + "\n"
+    README.write_text(text)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--duration", type=float, default=2.0, help="seconds per run")
+    parser.add_argument("--rounds", type=int, default=3, help="runs per cell (median taken)")
+    parser.add_argument("--quick", action="store_true", help="0.2 s x 1 round, no README")
+    parser.add_argument("--out", type=Path, default=RESULTS, help="JSON results path")
+    args = parser.parse_args(argv)
+    duration, rounds = (0.2, 1) if args.quick else (args.duration, args.rounds)
+
+    started = time.time()
+    cells = bench(duration, rounds)
+    rat = ratios(cells)
+    result = {
+        "benchmark": "checkpoint_store_vs_langgraph_sqlitesaver",
+        "started_at_unix_s": round(started),
+        "duration_s_per_run": duration,
+        "rounds": rounds,
+        "machine": {
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "sqlite": sqlite3.sqlite_version,
+            "platform": platform.platform(),
+        },
+        "equal_durability": {
+            "sync": "lazarus: txn per save, synchronous=FULL; SqliteSaver: synchronous=FULL",
+            "group": "lazarus: shared txn + one fsync per batch, callers return after it; "
+            "SqliteSaver: synchronous=FULL",
+            "none": "both synchronous=OFF",
+        },
+        "cells": [asdict(c) for c in cells],
+        "ratios": rat,
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"\nwrote {args.out}")
+    md = table(cells, rat)
+    print(md)
+    if not args.quick:
+        when = time.strftime("%Y-%m-%d", time.gmtime(started))
+        write_readme(
+            f"Measured {when} on {os.cpu_count()} cores, Python {platform.python_version()}, "
+            f"SQLite {sqlite3.sqlite_version}; {rounds} rounds x {duration:g} s per cell, "
+            "median saves/s, pooled latency percentiles.\n"
+            "`.venv/bin/python bench/checkpoint_bench.py` (or `make bench`); raw figures in "
+            "`bench/results/checkpoint.json`.\n\n" + md
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -49,6 +49,7 @@ class ChecksumAlgorithm(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     CHECKSUM_ALGORITHM_UNSPECIFIED: _ClassVar[ChecksumAlgorithm]
     CHECKSUM_ALGORITHM_CRC32: _ClassVar[ChecksumAlgorithm]
     CHECKSUM_ALGORITHM_SHA256: _ClassVar[ChecksumAlgorithm]
+    CHECKSUM_ALGORITHM_CRC32C: _ClassVar[ChecksumAlgorithm]
 
 class CheckpointLocation(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -185,6 +186,7 @@ PAYLOAD_ENCODING_ZSTD: PayloadEncoding
 CHECKSUM_ALGORITHM_UNSPECIFIED: ChecksumAlgorithm
 CHECKSUM_ALGORITHM_CRC32: ChecksumAlgorithm
 CHECKSUM_ALGORITHM_SHA256: ChecksumAlgorithm
+CHECKSUM_ALGORITHM_CRC32C: ChecksumAlgorithm
 CHECKPOINT_LOCATION_UNSPECIFIED: CheckpointLocation
 CHECKPOINT_LOCATION_LOCAL: CheckpointLocation
 CHECKPOINT_LOCATION_REDIS: CheckpointLocation

@@ -2,18 +2,19 @@
 
 Payloads are bytes. ``JsonCodec`` turns JSON-shaped state into canonical bytes
 (sorted keys, compact) so equal states give equal bytes. Compression is zstd,
-applied per record when it pays. Every stored record carries a CRC-32 over its
+applied per record when it pays. Every stored record carries a CRC-32C over its
 identifying fields and its stored bytes — the same defence against torn or
-rotten records as LevelDB's and etcd's WAL record checksums.
+rotten records as LevelDB's and etcd's WAL record checksums, and the same
+polynomial: CRC-32C (Castagnoli), computed in hardware by ``google-crc32c``.
 """
 
 from __future__ import annotations
 
 import json
 import threading
-import zlib
 from typing import Any
 
+import google_crc32c
 import zstandard
 
 from node_agent.checkpoint.errors import InvalidArgument
@@ -104,7 +105,7 @@ def decode_payload(encoding: int, stored: bytes) -> bytes:
 
 
 def record_checksum(header: tuple[object, ...], stored: bytes) -> int:
-    """CRC-32 over a record's identifying fields and its stored payload bytes.
+    """CRC-32C over a record's identifying fields and its stored payload bytes.
 
     Args:
         header: the record's fields in a fixed order (str / int / bool values).
@@ -114,4 +115,5 @@ def record_checksum(header: tuple[object, ...], stored: bytes) -> int:
         An unsigned 32-bit checksum.
     """
     head = "\x1f".join(str(int(v)) if isinstance(v, bool) else str(v) for v in header)
-    return zlib.crc32(stored, zlib.crc32(head.encode("utf-8", "surrogatepass")))
+    crc = google_crc32c.value(head.encode("utf-8", "surrogatepass"))
+    return int(google_crc32c.extend(crc, stored))

@@ -28,7 +28,7 @@ Invariants (checked inside the writer, so they hold under any concurrency):
   newest stored for that task raises ``StaleEpoch`` (DESIGN.md §4 fencing);
 * a checkpoint never covers a journal seq past the newest appended one;
 * checkpoint and journal seqs are dense per task: 1, 2, 3, ...;
-* every record carries a CRC-32; a record that fails it is never returned as
+* every record carries a CRC-32C; a record that fails it is never returned as
   valid — ``load_latest`` / ``load_at_or_before`` skip to the newest valid
   checkpoint and count the corrupt one, ``load`` and ``replay`` raise.
 

@@ -11,6 +11,7 @@ journal events after that seq.
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from node_agent.checkpoint.errors import InvalidArgument
@@ -164,6 +165,11 @@ class Recovery:
 
     checkpoint: StoredCheckpoint | None
     events: list[JournalEvent] = field(default_factory=list)
+
+    def __iter__(self) -> Iterator[StoredCheckpoint | list[JournalEvent] | None]:
+        """Unpack as ``checkpoint, events = store.recover(task_id)``."""
+        yield self.checkpoint
+        yield self.events
 
 
 @dataclass(frozen=True, slots=True)

@@ -63,6 +63,8 @@ def test_save_then_recover_returns_checkpoint_and_later_events(store: Checkpoint
     assert rec.checkpoint.info.label == "every 2"
     assert [e.seq for e in rec.events] == [3, 4]
     assert [e.payload for e in rec.events] == [b"e3", b"e4"]
+    checkpoint, events = store.recover("t")
+    assert (checkpoint, events) == (rec.checkpoint, rec.events)
 
 
 def test_recover_without_checkpoint_replays_whole_journal(store: CheckpointStore) -> None:

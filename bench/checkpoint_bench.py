@@ -99,24 +99,21 @@ def run_ours(
     return count, elapsed, latencies
 
 
-def run_ours_sync(
-    workdir: Path, payload: bytes, mode: str, concurrency: int, duration_s: float
+def _threaded(
+    concurrency: int, duration_s: float, make_save: Callable[[int], Callable[[], object]]
 ) -> tuple[int, float, list[float]]:
-    """Save through the sync ``CheckpointStore.save`` from ``concurrency`` threads."""
-    store = CheckpointStore(workdir, durability=mode)
+    """Run ``make_save(i)()`` in a loop on ``concurrency`` threads for ``duration_s``."""
     latencies: list[float] = []
-    counts = [0] * concurrency
     lat_lock = threading.Lock()
     deadline = time.perf_counter() + duration_s
 
     def worker(i: int) -> None:
-        task_id = f"bench-{i}"
+        save = make_save(i)
         mine: list[float] = []
         while time.perf_counter() < deadline:
             t0 = time.perf_counter()
-            store.save(Checkpoint(task_id, 1, payload))
+            save()
             mine.append(time.perf_counter() - t0)
-        counts[i] = len(mine)
         with lat_lock:
             latencies.extend(mine)
 
@@ -126,9 +123,23 @@ def run_ours_sync(
         t.start()
     for t in threads:
         t.join()
-    elapsed = time.perf_counter() - start
-    store.close()
-    return sum(counts), elapsed, latencies
+    return len(latencies), time.perf_counter() - start, latencies
+
+
+def run_ours_sync(
+    workdir: Path, payload: bytes, mode: str, concurrency: int, duration_s: float
+) -> tuple[int, float, list[float]]:
+    """Save through the sync ``CheckpointStore.save`` from ``concurrency`` threads."""
+    store = CheckpointStore(workdir, durability=mode)
+
+    def make_save(i: int) -> Callable[[], object]:
+        task_id = f"bench-{i}"
+        return lambda: store.save(Checkpoint(task_id, 1, payload))
+
+    try:
+        return _threaded(concurrency, duration_s, make_save)
+    finally:
+        store.close()
 
 
 def run_theirs(
@@ -143,35 +154,24 @@ def run_theirs(
     conn.execute(f"PRAGMA synchronous={'OFF' if mode == 'none' else 'FULL'}")
     saver = SqliteSaver(conn)
     saver.setup()
-    latencies: list[float] = []
-    counts = [0] * concurrency
-    lat_lock = threading.Lock()
-    deadline = time.perf_counter() + duration_s
 
-    def worker(i: int) -> None:
+    def make_save(i: int) -> Callable[[], object]:
         config: Any = {"configurable": {"thread_id": f"bench-{i}", "checkpoint_ns": ""}}
-        mine: list[float] = []
         step = 0
-        while time.perf_counter() < deadline:
+
+        def save() -> None:
+            nonlocal config, step
             checkpoint = empty_checkpoint()
             checkpoint["channel_values"] = {"state": payload}
-            t0 = time.perf_counter()
             config = saver.put(config, checkpoint, {"source": "loop", "step": step}, {})
-            mine.append(time.perf_counter() - t0)
             step += 1
-        counts[i] = step
-        with lat_lock:
-            latencies.extend(mine)
 
-    start = time.perf_counter()
-    threads = [threading.Thread(target=worker, args=(i,)) for i in range(concurrency)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    elapsed = time.perf_counter() - start
-    conn.close()
-    return sum(counts), elapsed, latencies
+        return save
+
+    try:
+        return _threaded(concurrency, duration_s, make_save)
+    finally:
+        conn.close()
 
 
 RUNNERS: dict[str, Callable[[Path, bytes, str, int, float], tuple[int, float, list[float]]]] = {

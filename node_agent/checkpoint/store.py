@@ -162,6 +162,18 @@ InfoList = list[CheckpointInfo]
 EventList = list[JournalEvent]
 
 
+E = TypeVar("E", Durability, Compression)
+
+
+def _enum_arg(kind: type[E], value: object, field_name: str) -> E:
+    """Return ``value`` as a member of ``kind``, accepting the member or its value."""
+    try:
+        return kind(value)
+    except ValueError:
+        choices = ", ".join(m.value for m in kind)
+        raise InvalidArgument(field_name, f"must be one of {choices}, got {value!r}") from None
+
+
 def _wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
 
@@ -323,15 +335,18 @@ class CheckpointStore:
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
         clock_ms: Callable[[], int] = _wall_clock_ms,
     ) -> None:
-        self.durability = Durability(durability)
-        self.compression = Compression(compression)
+        self.durability = _enum_arg(Durability, durability, "durability")
+        self.compression = _enum_arg(Compression, compression, "compression")
         self.compress_min_bytes = compress_min_bytes
         self.group_window_s = max(0.0, group_window_ms) / 1000.0
         self.group_max_batch = max(1, group_max_batch)
         self.max_payload_bytes = max_payload_bytes
         self._clock_ms = clock_ms
         self.data_dir = Path(data_dir)
-        self.data_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            self.data_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StoreIOError(f"data_dir: cannot create {self.data_dir}: {exc}") from exc
         self.path = self.data_dir / DB_FILENAME
         self._lock_fd = self._acquire_dir_lock()
         self._closed = False
@@ -365,7 +380,10 @@ class CheckpointStore:
 
     def _acquire_dir_lock(self) -> int:
         lock_path = self.data_dir / LOCK_FILENAME
-        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise StoreIOError(f"data_dir: cannot open {lock_path}: {exc}") from exc
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -24,6 +24,7 @@ from node_agent.checkpoint import (
     PrunePolicy,
     StaleEpoch,
     StoreClosed,
+    StoreIOError,
     StoreLocked,
     TaskExists,
     UnknownCheckpoint,
@@ -164,6 +165,19 @@ def test_payload_over_limit_is_refused(tmp_path: Path) -> None:
         with pytest.raises(InvalidArgument, match="over the 16-byte limit"):
             s.save(Checkpoint("t", 1, b"x" * 17))
         assert s.save(Checkpoint("t", 1, b"x" * 16)).seq == 1
+
+
+def test_bad_store_settings_name_the_field(tmp_path: Path) -> None:
+    with pytest.raises(InvalidArgument, match="durability: must be one of sync, group, none"):
+        CheckpointStore(tmp_path, durability="fast")
+    with pytest.raises(InvalidArgument) as err:
+        CheckpointStore(tmp_path, compression="lz4")
+    assert err.value.field == "compression"
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    with pytest.raises(StoreIOError, match="data_dir: cannot create"):
+        CheckpointStore(blocker / "sub")
+    CheckpointStore(tmp_path, durability=Durability.GROUP).close()  # the lock was never taken
 
 
 def test_unknown_ref_is_not_found(store: CheckpointStore) -> None:

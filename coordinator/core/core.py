@@ -1,0 +1,1539 @@
+"""CoordinatorCore: the leader's whole decision logic as one sans-IO state machine.
+
+Theory of operation: the shell owns every socket, stream, etcd client and
+clock. It turns what it observes into events (``coordinator.core.events``) and
+calls ``step(event)``; the core updates its in-memory view and returns the
+commands (``coordinator.core.commands``) that carry the decision out. Like
+etcd/raft's ``RawNode``, time is an input (``tick``) and outputs are data.
+
+**Clock.** Every event carries ``now_s``: seconds on the leader's clock, never
+decreasing between events (a decrease raises ``UsageError``). The core does
+not care which clock it is; the recommended one is a monotonic clock anchored
+to wall time at start (``wall0 + monotonic() - mono0``), so rates follow the
+monotonic clock and the ``*_s`` times in records stay close to Unix time for
+the adapter's ``*_unix_ms`` fields. Task deadlines use the same clock.
+
+**Tick cadence (the contract with the shell).** Call ``tick(now_s)`` every
+``CoreSettings.tick_interval_s`` (100 ms at the defaults; it must be at most
+``heartbeat_interval_s``). Verdicts happen only on ticks, so a node that stops
+sending is DEAD at the first tick at or after ``last heartbeat +
+dead_after_s``: within ``dead_after_s + tick_interval_s`` of its last
+heartbeat, inside the ``dead_after_s + heartbeat_interval_s`` budget. A closed
+stream makes its node SUSPECT in the step that reports it, without a tick.
+
+**Ordering.** Commands of one list follow the rule in
+``coordinator.core.commands``: persist, then emit, then send; the core checks
+every list it returns. The shell runs the lists in order.
+
+**Leadership.** The core starts as a follower and only accepts
+``LeadershipAcquired`` (and the harmless ``LeadershipLost`` / ``PersistFailed``)
+until then. ``LeadershipAcquired`` carries the node and task records loaded
+from etcd and resets the core to them. Then:
+
+- *grace*: for ``dead_after_s`` from ``LeadershipAcquired.now_s`` no node is
+  judged SUSPECT or DEAD by silence and no task of a DEAD or LEFT owner moves;
+  every node gets a full ``dead_after_s`` to reconnect. A closed stream or a
+  Goodbye still counts at once (they are facts, not judgments).
+- *half-done work*: tasks the previous leader left owned by a DEAD, LEFT or
+  unknown node are moved after the grace, by the same sweep that moves the
+  tasks of nodes this leader declares DEAD. Planning works on the records
+  alone, so it is idempotent over whatever prefix of a command list the
+  previous leader managed to persist.
+- ``LeadershipLost`` drops all state (etcd is the truth; the next leader
+  reloads). ``PersistFailed`` does the same and returns ``StepDown``.
+
+**What the core assumes of node agents** (the seeded simulator in
+``coordinator.core.sim`` fails without these; issue [node-agent] must keep them):
+
+- self-fencing: with no HeartbeatAck for a heartbeat sent at ``s``, every task
+  is paused by ``s + fence_after_s``;
+- a self-fenced agent starts or resumes nothing until it has closed its
+  Session and received a new Welcome: directives still buffered on the old
+  stream may be stale (an Assign for an epoch that has since moved). Its
+  Hello then lists the paused tasks; the leader re-attaches (Assign REATTACH,
+  same epoch) the ones it still owns and revokes the rest;
+- every heartbeat lists the tasks the agent runs, with their epochs: that is
+  how the leader learns a revoked task has stopped before it moves it after a
+  release timeout, and how it fences progress reported at a stale epoch.
+
+**What a step decides.** Sessions: Hello is answered with Welcome and the
+node's held tasks are reconciled (a task it holds at the current epoch is
+re-attached, one it lost is revoked); heartbeats are acked; bad input closes
+that Session only (``CloseSession`` with INVALID_ARGUMENT / FAILED_PRECONDITION)
+and never raises. Ticks: failure-detector verdicts, the mass-failure guard
+(``coordinator.core.guard``), moving the tasks of DEAD nodes, deadlines and
+release timeouts. Tasks: submission (idempotent on request id), updates with
+epoch fencing (an update older than the task's epoch is refused with
+STALE_EPOCH and a Revoke and never changes state), cancel, drain. Every step
+ends with a placement round (``coordinator.core.placement``) when something
+changed that could let a PENDING task run.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from random import Random
+from typing import Any
+
+from coordinator.core import notices
+from coordinator.core.commands import (
+    CloseSession,
+    Command,
+    EmitEvent,
+    PersistNodes,
+    PersistTasks,
+    ReplyToRequest,
+    SendDirective,
+    StatusCode,
+    StepDown,
+    batched,
+    check_command_order,
+)
+from coordinator.core.detector import FailureDetector, Liveness, Verdict, make_detector
+from coordinator.core.directives import (
+    Assign,
+    Directive,
+    Drain,
+    HeartbeatAck,
+    Release,
+    Revoke,
+    TaskUpdateAck,
+    Welcome,
+)
+from coordinator.core.errors import InvariantViolation, UsageError
+from coordinator.core.events import (
+    CancelRequested,
+    Checkpointed,
+    Completed,
+    DrainRequested,
+    Event,
+    Failed,
+    GoodbyeReceived,
+    HeartbeatReceived,
+    LeadershipAcquired,
+    LeadershipLost,
+    PersistFailed,
+    Released,
+    SessionClosed,
+    SessionOpened,
+    Started,
+    TaskSubmitted,
+    TaskUpdateReceived,
+    Tick,
+    UncordonRequested,
+)
+from coordinator.core.guard import GuardInput, MassFailureGuard
+from coordinator.core.membership import NodeEntry, NodeTrigger, next_node_state
+from coordinator.core.placement import Candidate, place
+from coordinator.core.records import (
+    AssignReason,
+    FenceSource,
+    HeldTask,
+    HeldTaskStatus,
+    MoveReason,
+    NodeLoad,
+    NodeRecord,
+    NodeState,
+    RevokeReason,
+    SuspicionReason,
+    TaskError,
+    TaskErrorCode,
+    TaskMove,
+    TaskRecord,
+    TaskState,
+    UpdateOutcome,
+)
+from coordinator.core.settings import CoreSettings
+from coordinator.core.tasks import TaskTable, TaskTrigger
+
+__all__ = ["CoordinatorCore", "CoreSnapshot", "NodeView", "Role"]
+
+MAX_PREVIOUS_OWNERS = 16
+"""TaskRecord.previous_owner_node_ids keeps at most this many (the newest)."""
+
+MAX_ID_BYTES = 128
+"""Longest request id and task kind accepted, UTF-8 bytes."""
+
+_LIVE = frozenset({NodeState.ALIVE, NodeState.DRAINING})
+_GONE = frozenset({NodeState.DEAD, NodeState.LEFT})
+
+
+class Role(enum.Enum):
+    """Whether this core is deciding."""
+
+    FOLLOWER = "follower"
+    LEADER = "leader"
+
+
+@dataclass(frozen=True, slots=True)
+class NodeView:
+    """One node for read RPCs: its record plus what only the leader's memory knows."""
+
+    record: NodeRecord
+    connected: bool
+    session_id: str
+    last_heartbeat_at_s: float | None
+    mean_interarrival_s: float | None
+    phi: float
+    load: NodeLoad
+    assigned_tasks: int
+    assigned_slots: int
+
+
+@dataclass(frozen=True, slots=True)
+class CoreSnapshot:
+    """A consistent, immutable copy of the core's state for read RPCs and tests.
+
+    Attributes:
+        role: LEADER or FOLLOWER (a follower's snapshot is empty).
+        term: the leader's term (0 before the first leadership).
+        now_s: the latest time the core was given.
+        guard_active: the mass-failure guard stops redistribution.
+        grace_until_s: end of the new-leader grace (None when not leading).
+        nodes: every node, sorted by id.
+        tasks: every task, sorted by id.
+    """
+
+    role: Role
+    term: int
+    now_s: float
+    guard_active: bool
+    grace_until_s: float | None
+    nodes: tuple[NodeView, ...]
+    tasks: tuple[TaskRecord, ...]
+
+    def node(self, node_id: str) -> NodeView | None:
+        """The node with this id, or None."""
+        return next((n for n in self.nodes if n.record.node_id == node_id), None)
+
+    def task(self, task_id: str) -> TaskRecord | None:
+        """The task with this id, or None."""
+        return next((t for t in self.tasks if t.task_id == task_id), None)
+
+    def nodes_by_state(self) -> dict[NodeState, int]:
+        """Node counts for every state with at least one node."""
+        counts: dict[NodeState, int] = {}
+        for n in self.nodes:
+            counts[n.record.state] = counts.get(n.record.state, 0) + 1
+        return counts
+
+    def tasks_by_state(self) -> dict[TaskState, int]:
+        """Task counts for every state with at least one task."""
+        counts: dict[TaskState, int] = {}
+        for t in self.tasks:
+            counts[t.state] = counts.get(t.state, 0) + 1
+        return counts
+
+
+@dataclass(slots=True)
+class _Out:
+    """What one step produces, gathered before it is turned into ordered commands."""
+
+    nodes: dict[str, NodeRecord] = field(default_factory=dict)
+    tasks: dict[str, TaskRecord] = field(default_factory=dict)
+    notices: list[notices.Notice] = field(default_factory=list)
+    sends: list[SendDirective | ReplyToRequest | CloseSession] = field(default_factory=list)
+    step_down: StepDown | None = None
+
+    def commands(self, term: int, now_s: float) -> list[Command]:
+        out: list[Command] = []
+        node_records = [self.nodes[k] for k in sorted(self.nodes)]
+        task_records = [self.tasks[k] for k in sorted(self.tasks)]
+        out.extend(PersistNodes(term, chunk) for chunk in batched(node_records))
+        out.extend(PersistTasks(term, chunk) for chunk in batched(task_records))
+        out.extend(EmitEvent(term, now_s, body) for body in self.notices)
+        out.extend(self.sends)
+        if self.step_down is not None:
+            out.append(self.step_down)
+        return out
+
+
+class CoordinatorCore:
+    """The leader's decision logic: ``step(event) -> commands``, ``tick(now_s)``, ``snapshot()``."""
+
+    def __init__(self, settings: CoreSettings | None = None, *, rng: Random) -> None:
+        """Build a follower core.
+
+        Args:
+            settings: the settings (defaults of DESIGN.md §10 when None).
+            rng: the injected random source (placement tie-breaks, generated
+                task ids); pass ``random.Random(seed)`` for a reproducible run.
+        """
+        self._settings = settings if settings is not None else CoreSettings()
+        self._rng = rng
+        self._role = Role.FOLLOWER
+        self._term = 0
+        self._now_s = -math.inf
+        self._grace_until_s = -math.inf
+        self._detector: FailureDetector = make_detector(self._settings)
+        self._guard = self._new_guard()
+        self._nodes: dict[str, NodeEntry] = {}
+        self._tasks = TaskTable()
+        # Why a PENDING task waits (for its next Assign): reason, move reason, from node.
+        self._requeue: dict[str, tuple[AssignReason, MoveReason | None, str]] = {}
+        self._placement_dirty = False
+        # Tasks whose release timed out: revoked at this epoch, requeued once the
+        # owner shows it stopped (a heartbeat or Hello without it) or is gone.
+        self._revoking: dict[str, int] = {}
+        # True once a tick ran after the grace: verdicts and moves are under way.
+        self._judging = False
+        self._handlers: dict[type, Callable[[Any, _Out], None]] = {
+            LeadershipAcquired: self._on_leadership_acquired,
+            SessionOpened: self._on_session_opened,
+            HeartbeatReceived: self._on_heartbeat,
+            SessionClosed: self._on_session_closed,
+            GoodbyeReceived: self._on_goodbye,
+            TaskUpdateReceived: self._on_task_update,
+            TaskSubmitted: self._on_task_submitted,
+            CancelRequested: self._on_cancel,
+            DrainRequested: self._on_drain,
+            UncordonRequested: self._on_uncordon,
+            Tick: self._on_tick,
+        }
+
+    # ------------------------------------------------------------------
+    # Public API.
+    # ------------------------------------------------------------------
+
+    @property
+    def settings(self) -> CoreSettings:
+        """The settings in force."""
+        return self._settings
+
+    @property
+    def role(self) -> Role:
+        """LEADER or FOLLOWER."""
+        return self._role
+
+    @property
+    def term(self) -> int:
+        """The current (or last) term; 0 before the first leadership."""
+        return self._term
+
+    @property
+    def now_s(self) -> float:
+        """The latest time passed in."""
+        return self._now_s
+
+    @property
+    def guard_active(self) -> bool:
+        """True while the mass-failure guard stops redistribution."""
+        return self._guard.active
+
+    def step(self, event: Event) -> list[Command]:
+        """Feed one event; return the commands to run, in order.
+
+        Args:
+            event: a fact the shell observed, stamped with ``now_s``.
+
+        Returns:
+            Commands in the order of ``coordinator.core.commands`` (persist,
+            emit, send, step down); possibly empty.
+
+        Raises:
+            UsageError: ``now_s`` decreased or is not finite, an unknown event
+                type, or a leader-only event fed to a follower.
+            InvariantViolation: the step broke a rule of the core (a bug).
+        """
+        self._advance_clock(event.now_s)
+        if isinstance(event, LeadershipLost):
+            self._become_follower()
+            return []
+        if isinstance(event, PersistFailed):
+            if self._role is not Role.LEADER:
+                return []
+            self._become_follower()
+            return [StepDown(f"persist failed: {event.reason}")]
+        handler = self._handlers.get(type(event))
+        if handler is None:
+            raise UsageError(f"unknown event type {type(event).__name__}")
+        if self._role is not Role.LEADER and isinstance(event, Tick):
+            return []  # a follower's ticker may keep running; nothing to judge
+        if self._role is not Role.LEADER and not isinstance(event, LeadershipAcquired):
+            raise UsageError(f"{type(event).__name__} fed to a core that is not leading")
+        out = _Out()
+        handler(event, out)
+        self._place(out)
+        commands = out.commands(self._term, self._now_s)
+        check_command_order(commands)
+        if self._settings.self_check:
+            self.check_invariants()
+        return commands
+
+    def tick(self, now_s: float) -> list[Command]:
+        """Let time pass: same as ``step(Tick(now_s))``; call it every ``tick_interval_s``."""
+        return self.step(Tick(now_s))
+
+    def snapshot(self) -> CoreSnapshot:
+        """An immutable copy of the node and task state (for read RPCs).
+
+        Returns:
+            The snapshot; nodes and tasks sorted by id.
+        """
+        views = [self._view(self._nodes[node_id]) for node_id in sorted(self._nodes)]
+        leading = self._role is Role.LEADER
+        return CoreSnapshot(
+            role=self._role,
+            term=self._term,
+            now_s=self._now_s,
+            guard_active=self._guard.active,
+            grace_until_s=self._grace_until_s if leading else None,
+            nodes=tuple(views),
+            tasks=tuple(self._tasks.records()),
+        )
+
+    def task(self, task_id: str) -> TaskRecord | None:
+        """The task with this id, or None (cheaper than a snapshot)."""
+        return self._tasks.get(task_id)
+
+    def task_for_request(self, request_id: str) -> TaskRecord | None:
+        """The task a SubmitTask request id created, or None."""
+        return self._tasks.by_request(request_id)
+
+    def node(self, node_id: str) -> NodeView | None:
+        """One node as ``snapshot`` would show it, or None (cheaper than a snapshot)."""
+        entry = self._nodes.get(node_id)
+        return None if entry is None else self._view(entry)
+
+    def _view(self, entry: NodeEntry) -> NodeView:
+        node_id = entry.node_id
+        owned = self._tasks.owned_by(node_id)
+        last = self._detector.last_heard_s(node_id)
+        return NodeView(
+            record=entry.record,
+            connected=entry.connected,
+            session_id=entry.session_id,
+            last_heartbeat_at_s=last if last is not None else entry.record.last_heartbeat_at_s,
+            mean_interarrival_s=self._detector.mean_interarrival_s(node_id),
+            phi=0.0 if last is None else self._detector.phi(node_id, self._now_s),
+            load=entry.load,
+            assigned_tasks=len(owned),
+            assigned_slots=sum(t.spec.effective_slots for t in owned),
+        )
+
+    def check_invariants(self) -> None:
+        """Check every rule the core's state must satisfy.
+
+        Raises:
+            InvariantViolation: naming the rule and the task or node that broke it.
+        """
+        self._tasks.check()
+        for node_id in self._tasks.owners():
+            if node_id not in self._nodes:
+                raise InvariantViolation(f"tasks owned by unknown node {node_id!r}")
+        settled = self._judging and not self._guard.active
+        for node_id, entry in self._nodes.items():
+            state = entry.state
+            if entry.record.node_id != node_id:
+                raise InvariantViolation(f"node {node_id!r} indexed under another id")
+            if state in _GONE and entry.connected:
+                raise InvariantViolation(f"node {node_id!r} is {state.name} with a Session open")
+            if state in _LIVE and (state is NodeState.DRAINING) != entry.record.cordoned:
+                raise InvariantViolation(f"node {node_id!r} is {state.name}, cordon disagrees")
+            if settled and state in _GONE and self._tasks.owned_by(node_id):
+                raise InvariantViolation(
+                    f"node {node_id!r} is {state.name} but still owns tasks outside grace "
+                    "and with the mass-failure guard inactive"
+                )
+        for task_id in self._requeue:
+            task = self._tasks.get(task_id)
+            if task is None or task.state is not TaskState.PENDING:
+                raise InvariantViolation(f"requeue entry for non-PENDING task {task_id!r}")
+        for task_id, epoch in self._revoking.items():
+            task = self._tasks.get(task_id)
+            if task is None or not task.state.owned or task.epoch != epoch:
+                raise InvariantViolation(f"revoking entry for a task not owned at {epoch}")
+
+    # ------------------------------------------------------------------
+    # Leadership.
+    # ------------------------------------------------------------------
+
+    def _new_guard(self) -> MassFailureGuard:
+        s = self._settings
+        return MassFailureGuard(
+            threshold_ratio=s.mass_failure_threshold_ratio,
+            min_nodes=s.mass_failure_min_nodes,
+            window_s=s.mass_failure_window_s,
+        )
+
+    def _reset(self) -> None:
+        self._detector = make_detector(self._settings)
+        self._guard = self._new_guard()
+        self._nodes = {}
+        self._tasks = TaskTable()
+        self._requeue = {}
+        self._revoking = {}
+        self._placement_dirty = False
+        self._judging = False
+
+    def _become_follower(self) -> None:
+        self._role = Role.FOLLOWER
+        self._grace_until_s = -math.inf
+        self._reset()
+
+    def _on_leadership_acquired(self, ev: LeadershipAcquired, out: _Out) -> None:
+        if ev.term < self._term:
+            raise UsageError(f"term went backwards: {ev.term} < {self._term}")
+        self._reset()
+        self._role = Role.LEADER
+        self._term = ev.term
+        now = ev.now_s
+        self._grace_until_s = now + self._settings.dead_after_s
+        for record in sorted(ev.nodes, key=lambda r: r.node_id):
+            if record.node_id in self._nodes:
+                raise UsageError(f"node {record.node_id!r} loaded twice")
+            entry = NodeEntry(record=record)
+            if record.state is NodeState.DEAD:
+                entry.dead_since_s = record.state_changed_at_s
+                entry.unavailable_since_s = record.state_changed_at_s
+            elif record.state is not NodeState.LEFT:
+                self._detector.watch(record.node_id, now)
+                if record.state is NodeState.SUSPECT:
+                    entry.unavailable_since_s = record.state_changed_at_s
+            self._nodes[record.node_id] = entry
+        for task in sorted(ev.tasks, key=lambda t: t.task_id):
+            owner = task.owner_node_id
+            if task.state.owned and owner not in self._nodes:
+                # A node etcd has no record of: treat it as DEAD (its tasks move after grace).
+                self._nodes[owner] = NodeEntry(
+                    record=NodeRecord(
+                        node_id=owner, incarnation=task.owner_incarnation, state=NodeState.DEAD
+                    )
+                )
+            self._tasks.insert(task)
+        self._placement_dirty = True
+
+    # ------------------------------------------------------------------
+    # Sessions.
+    # ------------------------------------------------------------------
+
+    def _on_session_opened(self, ev: SessionOpened, out: _Out) -> None:
+        if not ev.session_id:
+            raise UsageError("SessionOpened.session_id must not be empty")
+        problem = ""
+        if not ev.node_id:
+            problem = "hello.node_id: must not be empty"
+        elif not ev.incarnation:
+            problem = "hello.incarnation: must not be empty"
+        elif ev.capacity_slots < 1:
+            problem = f"hello.capacity.slots: must be >= 1, got {ev.capacity_slots}"
+        if problem:
+            out.sends.append(
+                CloseSession(ev.node_id, ev.session_id, StatusCode.INVALID_ARGUMENT, problem)
+            )
+            return
+        entry = self._nodes.get(ev.node_id)
+        now = self._now_s
+        if entry is not None:
+            if entry.session_id == ev.session_id:
+                self._close_session(entry, StatusCode.INVALID_ARGUMENT, "a second Hello", out)
+                return
+            if entry.state is NodeState.LEFT and entry.record.incarnation == ev.incarnation:
+                out.sends.append(
+                    CloseSession(
+                        ev.node_id,
+                        ev.session_id,
+                        StatusCode.FAILED_PRECONDITION,
+                        f"node left under incarnation {ev.incarnation!r}; start a new one",
+                    )
+                )
+                return
+            if entry.connected:
+                out.sends.append(
+                    CloseSession(
+                        ev.node_id,
+                        entry.session_id,
+                        StatusCode.ABORTED,
+                        "replaced by a newer Session",
+                    )
+                )
+                entry.session_id = ""
+        prev = entry.record if entry is not None else None
+        joined = prev is None or prev.incarnation != ev.incarnation
+        cordoned = prev.cordoned if prev is not None else False
+        if prev is None:
+            state = NodeState.DRAINING if cordoned else NodeState.ALIVE
+            base = NodeRecord(node_id=ev.node_id, incarnation=ev.incarnation, registered_at_s=now)
+        else:
+            state = next_node_state(prev.state, NodeTrigger.SESSION_OPENED, cordoned)
+            base = prev
+        record = replace(
+            base,
+            incarnation=ev.incarnation,
+            state=state,
+            address=ev.address,
+            capacity_slots=ev.capacity_slots,
+            capacity_cpu_millicores=ev.capacity_cpu_millicores,
+            capacity_memory_bytes=ev.capacity_memory_bytes,
+            labels=ev.labels,
+            kinds=ev.kinds,
+            agent_version=ev.agent_version,
+            incarnation_started_at_s=now if joined else base.incarnation_started_at_s,
+            state_changed_at_s=now
+            if prev is None or prev.state is not state
+            else base.state_changed_at_s,
+        )
+        if entry is None:
+            entry = NodeEntry(record=record)
+            self._nodes[ev.node_id] = entry
+        entry.session_id = ev.session_id
+        entry.last_seq = 0
+        entry.load = NodeLoad()
+        entry.revoked = set()
+        entry.dead_since_s = None
+        self._detector.watch(ev.node_id, now)
+        self._put_node(entry, record, out)
+        if joined:
+            out.notices.append(
+                notices.NodeJoined(
+                    node_id=ev.node_id,
+                    incarnation=ev.incarnation,
+                    previous_incarnation=prev.incarnation if prev is not None else "",
+                    address=ev.address,
+                    held_tasks=len(ev.held_tasks),
+                )
+            )
+        elif prev is not None and prev.state in (NodeState.SUSPECT, NodeState.DEAD):
+            out.notices.append(self._recovered(entry, prev.state))
+        entry.unavailable_since_s = None
+        self._send(
+            entry,
+            Welcome(
+                term=self._term,
+                heartbeat_interval_s=self._settings.heartbeat_interval_s,
+                fence_after_s=self._settings.fence_after_s,
+                dead_after_s=self._settings.dead_after_s,
+                node_state=record.state,
+            ),
+            out,
+        )
+        self._reconcile_held(entry, ev.held_tasks, out)
+        self._placement_dirty = True
+
+    def _reconcile_held(self, entry: NodeEntry, held: tuple[HeldTask, ...], out: _Out) -> None:
+        """Answer a Hello's held tasks: re-attach what it still owns, revoke what it lost."""
+        node_id = entry.node_id
+        listed: dict[str, HeldTask] = {}
+        for h in held:
+            listed[h.task_id] = h
+        for task_id in sorted(listed):
+            h = listed[task_id]
+            task = self._tasks.get(task_id)
+            if task is None:
+                self._revoke(entry, task_id, h.epoch, 0, RevokeReason.UNKNOWN_TASK, "", out)
+                continue
+            holder = _epoch_holder(task)
+            if task.epoch == h.epoch and holder == node_id:
+                if task.state.owned:
+                    if self._revoking.get(task_id) == task.epoch:
+                        continue  # revoked again below
+                    if h.status is HeldTaskStatus.PAUSED:
+                        self._send(entry, self._assign_directive(task, AssignReason.REATTACH), out)
+                    continue
+                if h.status in (HeldTaskStatus.COMPLETED, HeldTaskStatus.FAILED):
+                    continue  # its unacked update follows; it gets DUPLICATE or is taken
+            self._fence(entry, task, h.epoch, FenceSource.HELLO, out)
+        for task in self._tasks.owned_by(node_id):
+            held_now = listed.get(task.task_id)
+            if self._revoking.get(task.task_id) == task.epoch:
+                if held_now is not None and held_now.epoch == task.epoch:
+                    self._revoke(
+                        entry,
+                        task.task_id,
+                        task.epoch,
+                        task.epoch,
+                        RevokeReason.RELEASE_TIMEOUT,
+                        "",
+                        out,
+                    )
+                else:
+                    self._stopped_after_revoke(task, out)
+                continue
+            if held_now is None or held_now.epoch != task.epoch:
+                # It never got (or lost) the Assign of the current epoch: send it again.
+                self._send(entry, self._assign_directive(task, AssignReason.REATTACH), out)
+            if task.move is not None:
+                self._send_release(entry, task, out)
+
+    def _on_heartbeat(self, ev: HeartbeatReceived, out: _Out) -> None:
+        entry = self._current(ev.node_id, ev.session_id)
+        if entry is None:
+            return
+        if ev.seq <= entry.last_seq:
+            reason = f"heartbeat.seq: {ev.seq} is not greater than the previous {entry.last_seq}"
+            self._close_session(entry, StatusCode.INVALID_ARGUMENT, reason, out)
+            return
+        entry.last_seq = ev.seq
+        entry.load = ev.load
+        self._detector.heartbeat(ev.node_id, self._now_s)
+        if entry.state is NodeState.SUSPECT:
+            previous = entry.state
+            self._set_state(entry, NodeTrigger.HEARTBEAT, out)
+            out.notices.append(self._recovered(entry, previous))
+            entry.unavailable_since_s = None
+        self._send(entry, HeartbeatAck(ev.seq, self._term, entry.state), out)
+        running = {(p.task_id, p.epoch) for p in ev.tasks}
+        for owned in self._tasks.owned_by(ev.node_id):
+            if self._revoking.get(owned.task_id) == owned.epoch and (
+                (owned.task_id, owned.epoch) not in running
+            ):
+                self._stopped_after_revoke(owned, out)
+        for progress in sorted(ev.tasks, key=lambda p: (p.task_id, p.epoch)):
+            key = (progress.task_id, progress.epoch)
+            if key in entry.revoked:
+                continue
+            task = self._tasks.get(progress.task_id)
+            if task is None:
+                self._revoke(
+                    entry, progress.task_id, progress.epoch, 0, RevokeReason.UNKNOWN_TASK, "", out
+                )
+                continue
+            if (
+                task.state.owned
+                and task.owner_node_id == ev.node_id
+                and task.epoch == progress.epoch
+            ):
+                continue
+            self._fence(entry, task, progress.epoch, FenceSource.TASK_UPDATE, out)
+
+    def _on_session_closed(self, ev: SessionClosed, out: _Out) -> None:
+        entry = self._current(ev.node_id, ev.session_id)
+        if entry is None:
+            return  # a stream we already replaced or closed
+        self._lose_session(entry, out)
+
+    def _on_goodbye(self, ev: GoodbyeReceived, out: _Out) -> None:
+        entry = self._current(ev.node_id, ev.session_id)
+        if entry is None:
+            return
+        entry.session_id = ""
+        if entry.unavailable_since_s is None:
+            entry.unavailable_since_s = self._now_s
+        self._set_state(entry, NodeTrigger.LEFT, out)
+        self._detector.forget(ev.node_id)
+        owned = self._tasks.owned_by(ev.node_id)
+        for task in owned:
+            self._owner_lost(task, MoveReason.NODE_DEAD, out)
+        out.notices.append(
+            notices.NodeLeft(ev.node_id, entry.record.incarnation, ev.reason, len(owned))
+        )
+
+    def _close_session(self, entry: NodeEntry, code: StatusCode, reason: str, out: _Out) -> None:
+        """Close the node's current Session on our own initiative (bad input)."""
+        out.sends.append(CloseSession(entry.node_id, entry.session_id, code, reason))
+        self._lose_session(entry, out)
+
+    def _lose_session(self, entry: NodeEntry, out: _Out) -> None:
+        """The node's current Session is gone: SUSPECT at once if it was live."""
+        entry.session_id = ""
+        if entry.state in _LIVE:
+            self._suspect(entry, SuspicionReason.STREAM_CLOSED, 0.0, out)
+
+    # ------------------------------------------------------------------
+    # Time: verdicts, the guard, moving tasks, deadlines, release timeouts.
+    # ------------------------------------------------------------------
+
+    def _on_tick(self, ev: Tick, out: _Out) -> None:
+        now = self._now_s
+        if now >= self._grace_until_s:
+            self._judging = True
+            newly_dead: list[tuple[NodeEntry, Verdict]] = []
+            for node_id in sorted(self._nodes):
+                entry = self._nodes[node_id]
+                if entry.state in _GONE:
+                    continue
+                verdict = self._detector.judge(node_id, now)
+                if verdict.liveness is Liveness.DEAD:
+                    self._declare_dead(entry, out)
+                    newly_dead.append((entry, verdict))
+                elif verdict.liveness is Liveness.SUSPECT and entry.state in _LIVE:
+                    reason = verdict.reason or SuspicionReason.HEARTBEAT_TIMEOUT
+                    self._suspect(entry, reason, verdict.phi, out)
+            status = self._guard.evaluate(
+                (GuardInput(e.node_id, e.state, e.dead_since_s) for e in self._nodes.values()),
+                now,
+            )
+            for entry, verdict in newly_dead:
+                to_move = 0 if status.active else len(self._tasks.owned_by(entry.node_id))
+                out.notices.append(
+                    notices.NodeDead(
+                        node_id=entry.node_id,
+                        incarnation=entry.record.incarnation,
+                        last_heartbeat_at_s=self._detector.last_heard_s(entry.node_id),
+                        detection_s=verdict.silent_s,
+                        tasks_to_move=to_move,
+                    )
+                )
+            if status.changed:
+                out.notices.append(
+                    notices.MassFailureGuardChanged(
+                        active=status.active,
+                        dead_nodes=status.dead_nodes,
+                        total_nodes=status.total_nodes,
+                        threshold_ratio=self._guard.threshold_ratio,
+                    )
+                )
+            if not status.active:
+                self._move_tasks_of_gone_nodes(out)
+            self._expire_releases(out)
+        self._expire_deadlines(out)
+
+    def _declare_dead(self, entry: NodeEntry, out: _Out) -> None:
+        if entry.connected:
+            silent = self._now_s - (self._detector.last_heard_s(entry.node_id) or self._now_s)
+            out.sends.append(
+                CloseSession(
+                    entry.node_id,
+                    entry.session_id,
+                    StatusCode.ABORTED,
+                    f"declared DEAD after {silent:.3f} s without a heartbeat; say Hello again",
+                )
+            )
+            entry.session_id = ""
+        if entry.unavailable_since_s is None:
+            entry.unavailable_since_s = self._detector.last_heard_s(entry.node_id)
+        entry.dead_since_s = self._now_s
+        self._set_state(entry, NodeTrigger.DECLARED_DEAD, out)
+
+    def _suspect(self, entry: NodeEntry, reason: SuspicionReason, phi: float, out: _Out) -> None:
+        self._set_state(entry, NodeTrigger.SUSPECTED, out)
+        if entry.unavailable_since_s is None:
+            entry.unavailable_since_s = self._now_s
+        out.notices.append(
+            notices.NodeSuspected(
+                node_id=entry.node_id,
+                incarnation=entry.record.incarnation,
+                reason=reason,
+                last_heartbeat_at_s=self._detector.last_heard_s(entry.node_id),
+                phi=phi,
+            )
+        )
+
+    def _move_tasks_of_gone_nodes(self, out: _Out) -> None:
+        for node_id in self._tasks.owners():
+            entry = self._nodes.get(node_id)
+            if entry is not None and entry.state not in _GONE:
+                continue
+            for task in self._tasks.owned_by(node_id):
+                self._owner_lost(task, MoveReason.NODE_DEAD, out)
+
+    def _expire_releases(self, out: _Out) -> None:
+        now = self._now_s
+        for task in self._tasks.moving():
+            move = task.move
+            if move is None or now < move.release_deadline_s:
+                continue
+            if self._revoking.get(task.task_id) == task.epoch:
+                continue
+            entry = self._nodes[task.owner_node_id]
+            if not entry.connected:
+                continue  # revoked when it says Hello again (or moved when DEAD)
+            # The owner is told to stop; the task moves once the owner shows it
+            # stopped, so two live owners never run it at once.
+            self._revoking[task.task_id] = task.epoch
+            self._revoke(
+                entry,
+                task.task_id,
+                task.epoch,
+                task.epoch,
+                RevokeReason.RELEASE_TIMEOUT,
+                "",
+                out,
+                message="not released in time; it will resume elsewhere",
+            )
+
+    def _stopped_after_revoke(self, task: TaskRecord, out: _Out) -> None:
+        """The owner of a task whose release timed out has stopped it: move it."""
+        self._revoking.pop(task.task_id, None)
+        self._requeue_task(task, TaskTrigger.RELEASE, MoveReason.RELEASE_TIMEOUT, out)
+
+    def _expire_deadlines(self, out: _Out) -> None:
+        for task in self._tasks.deadlines_due(self._now_s):
+            owner = task.owner_node_id
+            if task.state.owned:
+                entry = self._nodes[owner]
+                if entry.connected:
+                    self._revoke(
+                        entry,
+                        task.task_id,
+                        task.epoch,
+                        task.epoch,
+                        RevokeReason.DEADLINE_EXCEEDED,
+                        "",
+                        out,
+                    )
+            error = TaskError(
+                code=TaskErrorCode.DEADLINE_EXCEEDED,
+                message="the task's deadline passed",
+                epoch=task.epoch,
+                attempt=task.attempt,
+            )
+            self._finish(task, TaskTrigger.EXPIRE, TaskState.FAILED, out, last_error=error)
+            out.notices.append(notices.TaskFailed(task.task_id, owner, task.epoch, error, False))
+
+    # ------------------------------------------------------------------
+    # Task intake and updates.
+    # ------------------------------------------------------------------
+
+    def _on_task_submitted(self, ev: TaskSubmitted, out: _Out) -> None:
+        def refuse(status: StatusCode, message: str) -> None:
+            out.sends.append(ReplyToRequest(ev.request_id, status, message))
+
+        if not ev.request_id or len(ev.request_id.encode()) > MAX_ID_BYTES:
+            refuse(StatusCode.INVALID_ARGUMENT, f"request_id: must be 1..{MAX_ID_BYTES} bytes")
+            return
+        existing = self._tasks.by_request(ev.request_id)
+        if existing is not None:
+            if existing.spec == ev.spec and ev.task_id in ("", existing.task_id):
+                out.sends.append(
+                    ReplyToRequest(ev.request_id, StatusCode.OK, task_id=existing.task_id)
+                )
+            else:
+                refuse(StatusCode.ALREADY_EXISTS, "request_id: reused with a different request")
+            return
+        spec = ev.spec
+        problem = ""
+        if not spec.kind or len(spec.kind.encode()) > MAX_ID_BYTES:
+            problem = f"spec.kind: must be 1..{MAX_ID_BYTES} bytes"
+        elif spec.slots < 0:
+            problem = "spec.slots: must be >= 0"
+        elif spec.max_attempts < 0:
+            problem = "spec.max_attempts: must be >= 0"
+        elif spec.deadline_s is not None and not spec.deadline_s > self._now_s:
+            problem = "spec.deadline_unix_ms: is in the past"
+        if problem:
+            refuse(StatusCode.INVALID_ARGUMENT, problem)
+            return
+        if ev.task_id in self._tasks:
+            refuse(StatusCode.ALREADY_EXISTS, f"task_id: {ev.task_id!r} is taken")
+            return
+        task_id = ev.task_id or self._new_task_id()
+        now = self._now_s
+        task = TaskRecord(
+            task_id=task_id,
+            request_id=ev.request_id,
+            spec=spec,
+            submitted_at_s=now,
+            updated_at_s=now,
+            written_term=self._term,
+        )
+        self._tasks.insert(task)
+        out.tasks[task_id] = task
+        self._placement_dirty = True
+        out.notices.append(notices.TaskSubmitted(task_id, spec.kind, ev.request_id))
+        out.sends.append(
+            ReplyToRequest(ev.request_id, StatusCode.OK, task_id=task_id, created=True)
+        )
+
+    def _new_task_id(self) -> str:
+        while True:
+            task_id = f"task-{self._rng.getrandbits(64):016x}"
+            if task_id not in self._tasks:
+                return task_id
+
+    def _on_task_update(self, ev: TaskUpdateReceived, out: _Out) -> None:
+        entry = self._current(ev.node_id, ev.session_id)
+        if entry is None:
+            return  # from a Session already closed: nobody to answer
+        task = self._tasks.get(ev.task_id)
+
+        def ack(outcome: UpdateOutcome, message: str = "") -> None:
+            current = task.epoch if task is not None else 0
+            self._send(
+                entry,
+                TaskUpdateAck(ev.update_seq, ev.task_id, ev.epoch, outcome, current, message),
+                out,
+            )
+
+        if task is None:
+            ack(UpdateOutcome.UNKNOWN_TASK, f"no task {ev.task_id!r}")
+            self._revoke(entry, ev.task_id, ev.epoch, 0, RevokeReason.UNKNOWN_TASK, "", out)
+            return
+        if ev.epoch < 1 or ev.epoch > task.epoch:
+            ack(UpdateOutcome.REJECTED, f"epoch {ev.epoch} was never assigned")
+            return
+        holder = _epoch_holder(task)
+        change = ev.change
+        if ev.epoch < task.epoch or holder != ev.node_id:
+            ack(UpdateOutcome.STALE_EPOCH, f"task is at epoch {task.epoch} on {holder!r}")
+            self._fence(entry, task, ev.epoch, FenceSource.TASK_UPDATE, out)
+            return
+        # The update comes from the node that holds (or last held) the current epoch.
+        if task.state.owned:
+            ack(*self._apply_change(task, change, out))
+            return
+        if task.state is TaskState.PENDING:
+            if isinstance(change, Completed):
+                self._complete(task, change, out)
+                ack(UpdateOutcome.ACCEPTED)
+            elif isinstance(change, Released):
+                ack(UpdateOutcome.DUPLICATE)
+            else:
+                ack(UpdateOutcome.STALE_EPOCH, "the task was taken from this node")
+                self._fence(entry, task, ev.epoch, FenceSource.TASK_UPDATE, out)
+            return
+        if (task.state is TaskState.COMPLETED and isinstance(change, Completed)) or (
+            task.state is TaskState.FAILED and isinstance(change, Failed)
+        ):
+            ack(UpdateOutcome.DUPLICATE)
+            return
+        ack(UpdateOutcome.REJECTED, f"task is {task.state.name}")
+        reason = (
+            RevokeReason.CANCELLED if task.state is TaskState.CANCELLED else RevokeReason.FINISHED
+        )
+        self._revoke(entry, task.task_id, ev.epoch, task.epoch, reason, "", out)
+
+    def _apply_change(self, task: TaskRecord, change: Any, out: _Out) -> tuple[UpdateOutcome, str]:
+        """Apply a change reported by the task's owner at its current epoch."""
+        now = self._now_s
+        node_id = task.owner_node_id
+        if isinstance(change, Started):
+            if task.state is TaskState.RUNNING:
+                return UpdateOutcome.DUPLICATE, ""
+            started = task.started_at_s if task.started_at_s is not None else now
+            self._put_task(
+                TaskTrigger.START, replace(task, state=TaskState.RUNNING, started_at_s=started), out
+            )
+            if change.resumed_from is not None:
+                out.notices.append(
+                    notices.TaskResumed(task.task_id, node_id, task.epoch, change.resumed_from.seq)
+                )
+            else:
+                out.notices.append(
+                    notices.TaskStarted(task.task_id, node_id, task.epoch, task.attempt)
+                )
+            return UpdateOutcome.ACCEPTED, ""
+        if isinstance(change, Checkpointed):
+            ckpt = change.checkpoint
+            if ckpt.epoch > task.epoch or ckpt.seq < 1:
+                return UpdateOutcome.REJECTED, "checkpoint.epoch or checkpoint.seq out of range"
+            last = task.last_checkpoint
+            newer = last is None or ckpt.seq > last.seq
+            rep = task.last_replicated_checkpoint
+            newer_rep = ckpt.replicated and (rep is None or ckpt.seq > rep.seq)
+            journal = max(task.last_replicated_journal_seq, change.replicated_journal_seq)
+            if (
+                not (newer or newer_rep)
+                and journal == task.last_replicated_journal_seq
+                and task.state is TaskState.RUNNING
+            ):
+                return UpdateOutcome.DUPLICATE, ""
+            self._put_task(
+                TaskTrigger.CHECKPOINT,
+                replace(
+                    task,
+                    state=TaskState.RUNNING,
+                    started_at_s=task.started_at_s if task.started_at_s is not None else now,
+                    last_checkpoint=ckpt if newer else last,
+                    last_replicated_checkpoint=ckpt if newer_rep else rep,
+                    last_replicated_journal_seq=journal,
+                ),
+                out,
+            )
+            return UpdateOutcome.ACCEPTED, ""
+        if isinstance(change, Completed):
+            self._complete(task, change, out)
+            return UpdateOutcome.ACCEPTED, ""
+        if isinstance(change, Failed):
+            error = change.error
+            retry = (
+                error.retryable
+                and task.attempt < self._max_attempts(task)
+                and not self._past_deadline(task)
+            )
+            out.notices.append(
+                notices.TaskFailed(task.task_id, node_id, task.epoch, error, will_retry=retry)
+            )
+            if retry:
+                self._requeue_task(task, TaskTrigger.RETRY, None, out, last_error=error)
+            else:
+                self._finish(task, TaskTrigger.FAIL, TaskState.FAILED, out, last_error=error)
+            return UpdateOutcome.ACCEPTED, ""
+        if isinstance(change, Released):
+            final = change.checkpoint
+            rep = task.last_replicated_checkpoint
+            newer_rep = (
+                final is not None
+                and final.epoch <= task.epoch
+                and (rep is None or final.seq > rep.seq)
+            )
+            released = replace(
+                task,
+                last_replicated_checkpoint=final if newer_rep else rep,
+                last_replicated_journal_seq=max(
+                    task.last_replicated_journal_seq, change.journal_seq
+                ),
+            )
+            reason = task.move.reason if task.move is not None else MoveReason.DRAIN
+            self._requeue_task(released, TaskTrigger.RELEASE, reason, out)
+            return UpdateOutcome.ACCEPTED, ""
+        raise UsageError(f"unknown task change {type(change).__name__}")
+
+    def _complete(self, task: TaskRecord, change: Completed, out: _Out) -> None:
+        holder = _epoch_holder(task)
+        self._finish(task, TaskTrigger.COMPLETE, TaskState.COMPLETED, out, result=change.result)
+        size = change.result.size_bytes or len(change.result.payload)
+        submitted = task.submitted_at_s if task.submitted_at_s is not None else self._now_s
+        out.notices.append(
+            notices.TaskCompleted(
+                task.task_id, holder, task.epoch, task.attempt, size, self._now_s - submitted
+            )
+        )
+
+    # ------------------------------------------------------------------
+    # Orchestrator and operator requests.
+    # ------------------------------------------------------------------
+
+    def _on_cancel(self, ev: CancelRequested, out: _Out) -> None:
+        task = self._tasks.get(ev.task_id)
+        if task is None:
+            out.sends.append(
+                ReplyToRequest(
+                    ev.request_id, StatusCode.NOT_FOUND, f"task_id: no task {ev.task_id!r}"
+                )
+            )
+            return
+        if task.state is TaskState.CANCELLED:
+            out.sends.append(ReplyToRequest(ev.request_id, StatusCode.OK, task_id=task.task_id))
+            return
+        if task.state.terminal:
+            out.sends.append(
+                ReplyToRequest(
+                    ev.request_id,
+                    StatusCode.FAILED_PRECONDITION,
+                    f"task is already {task.state.name}",
+                    task_id=task.task_id,
+                )
+            )
+            return
+        owner = task.owner_node_id
+        if task.state.owned:
+            entry = self._nodes[owner]
+            if entry.connected:
+                self._revoke(
+                    entry, task.task_id, task.epoch, task.epoch, RevokeReason.CANCELLED, "", out
+                )
+        self._finish(task, TaskTrigger.CANCEL, TaskState.CANCELLED, out, cancel_reason=ev.reason)
+        out.notices.append(notices.TaskCancelled(task.task_id, owner, ev.reason))
+        out.sends.append(ReplyToRequest(ev.request_id, StatusCode.OK, task_id=task.task_id))
+
+    def _on_drain(self, ev: DrainRequested, out: _Out) -> None:
+        entry = self._nodes.get(ev.node_id)
+        reply = out.sends.append
+        if entry is None:
+            reply(
+                ReplyToRequest(
+                    ev.request_id, StatusCode.NOT_FOUND, f"node_id: no node {ev.node_id!r}"
+                )
+            )
+            return
+        timeout = (
+            ev.release_timeout_s
+            if ev.release_timeout_s is not None
+            else self._settings.release_timeout_s
+        )
+        if not (math.isfinite(timeout) and timeout > 0):
+            reply(
+                ReplyToRequest(
+                    ev.request_id, StatusCode.INVALID_ARGUMENT, "release_timeout_ms: must be > 0"
+                )
+            )
+            return
+        if entry.state in _GONE:
+            reply(
+                ReplyToRequest(
+                    ev.request_id,
+                    StatusCode.FAILED_PRECONDITION,
+                    f"node is {entry.state.name}",
+                    node_id=ev.node_id,
+                )
+            )
+            return
+        owned = self._tasks.owned_by(ev.node_id)
+        if entry.record.cordoned:
+            moving = sum(1 for t in owned if t.move is not None)
+            reply(
+                ReplyToRequest(
+                    ev.request_id, StatusCode.OK, node_id=ev.node_id, tasks_to_move=moving
+                )
+            )
+            return
+        now = self._now_s
+        drain_id = ev.request_id
+        record = replace(entry.record, cordoned=True, drain_id=drain_id, drain_reason=ev.reason)
+        record = replace(
+            record, state=next_node_state(record.state, NodeTrigger.CORDONED, cordoned=True)
+        )
+        self._put_node(entry, self._stamp_state(entry.record, record), out)
+        if entry.connected:
+            self._send(entry, Drain(drain_id, ev.reason), out)
+        for task in owned:
+            move = TaskMove(
+                move_id=f"{drain_id}/{task.task_id}",
+                reason=MoveReason.DRAIN,
+                requested_at_s=now,
+                release_deadline_s=now + timeout,
+            )
+            moved = self._put_task(TaskTrigger.ANNOTATE, replace(task, move=move), out)
+            if entry.connected:
+                self._send_release(entry, moved, out)
+        out.notices.append(notices.NodeDraining(ev.node_id, drain_id, ev.reason, len(owned)))
+        reply(
+            ReplyToRequest(
+                ev.request_id, StatusCode.OK, node_id=ev.node_id, tasks_to_move=len(owned)
+            )
+        )
+
+    def _on_uncordon(self, ev: UncordonRequested, out: _Out) -> None:
+        entry = self._nodes.get(ev.node_id)
+        if entry is None:
+            out.sends.append(
+                ReplyToRequest(
+                    ev.request_id, StatusCode.NOT_FOUND, f"node_id: no node {ev.node_id!r}"
+                )
+            )
+            return
+        if entry.record.cordoned:
+            record = replace(entry.record, cordoned=False, drain_reason="")
+            record = replace(
+                record, state=next_node_state(record.state, NodeTrigger.UNCORDONED, cordoned=False)
+            )
+            self._put_node(entry, self._stamp_state(entry.record, record), out)
+            if entry.connected:
+                self._send(entry, Drain(record.drain_id, cancelled=True), out)
+            for task in self._tasks.owned_by(ev.node_id):
+                if task.move is not None:
+                    self._put_task(TaskTrigger.ANNOTATE, replace(task, move=None), out)
+            out.notices.append(notices.NodeUncordoned(ev.node_id, record.drain_id))
+            self._placement_dirty = True
+        out.sends.append(ReplyToRequest(ev.request_id, StatusCode.OK, node_id=ev.node_id))
+
+    # ------------------------------------------------------------------
+    # Placement.
+    # ------------------------------------------------------------------
+
+    def _place(self, out: _Out) -> None:
+        if self._role is not Role.LEADER or not self._placement_dirty:
+            return
+        self._placement_dirty = False
+        pending = self._tasks.pending()
+        if not pending:
+            return
+        candidates = [
+            Candidate(
+                node_id=entry.node_id,
+                state=entry.state,
+                cordoned=entry.record.cordoned,
+                connected=entry.connected,
+                capacity_slots=entry.record.capacity_slots,
+                used_slots=sum(t.spec.effective_slots for t in self._tasks.owned_by(node_id)),
+                labels=entry.record.labels,
+                kinds=entry.record.kinds,
+            )
+            for node_id, entry in sorted(self._nodes.items())
+        ]
+        limit = self._settings.max_assignments_per_round
+        placements = place(pending, candidates, self._rng, limit=limit)
+        if len(placements) >= limit:
+            self._placement_dirty = True  # the rest follow on the next step
+        for placement in placements:
+            task = self._tasks.get(placement.task_id)
+            if task is None:
+                raise InvariantViolation(f"placement chose unknown task {placement.task_id!r}")
+            self._assign(task, self._nodes[placement.node_id], out)
+
+    def _assign(self, task: TaskRecord, entry: NodeEntry, out: _Out) -> None:
+        if entry.state is not NodeState.ALIVE or entry.record.cordoned or not entry.connected:
+            raise InvariantViolation(
+                f"assigning {task.task_id!r} to {entry.node_id!r} in state {entry.state.name}"
+            )
+        reason, move_reason, from_node = self._requeue.pop(task.task_id, _derived_reason(task))
+        assigned = self._put_task(
+            TaskTrigger.ASSIGN,
+            replace(
+                task,
+                state=TaskState.ASSIGNED,
+                epoch=task.epoch + 1,
+                owner_node_id=entry.node_id,
+                owner_incarnation=entry.record.incarnation,
+                assigned_at_s=self._now_s,
+                move=None,
+            ),
+            out,
+        )
+        if reason is AssignReason.MOVED:
+            rep = assigned.last_replicated_checkpoint
+            out.notices.append(
+                notices.TaskReassigned(
+                    task_id=assigned.task_id,
+                    from_node_id=from_node,
+                    to_node_id=entry.node_id,
+                    epoch=assigned.epoch,
+                    attempt=assigned.attempt,
+                    reason=move_reason or MoveReason.NODE_DEAD,
+                    resume_seq=rep.seq if rep is not None else 0,
+                    resume_covers_journal_seq=rep.covers_journal_seq if rep is not None else 0,
+                )
+            )
+        else:
+            out.notices.append(
+                notices.TaskAssigned(
+                    assigned.task_id, entry.node_id, assigned.epoch, assigned.attempt
+                )
+            )
+        directive = self._assign_directive(assigned, reason)
+        if move_reason is not None or from_node:
+            directive = replace(
+                directive, move_reason=move_reason, previous_owner_node_id=from_node
+            )
+        self._send(entry, directive, out)
+
+    def _assign_directive(self, task: TaskRecord, reason: AssignReason) -> Assign:
+        return Assign(
+            task_id=task.task_id,
+            epoch=task.epoch,
+            attempt=task.attempt,
+            spec=task.spec,
+            reason=reason,
+            resume_from=task.last_replicated_checkpoint,
+            replay_through_journal_seq=task.last_replicated_journal_seq,
+        )
+
+    # ------------------------------------------------------------------
+    # Task transitions shared by the handlers.
+    # ------------------------------------------------------------------
+
+    def _max_attempts(self, task: TaskRecord) -> int:
+        return task.spec.max_attempts or self._settings.default_max_attempts
+
+    def _past_deadline(self, task: TaskRecord) -> bool:
+        deadline = task.spec.deadline_s
+        return deadline is not None and self._now_s >= deadline
+
+    def _owner_lost(self, task: TaskRecord, reason: MoveReason, out: _Out) -> None:
+        """The owner of an ASSIGNED / RUNNING task is gone: requeue it or fail it."""
+        owner = task.owner_node_id
+        code: TaskErrorCode | None = None
+        if self._past_deadline(task):
+            code = TaskErrorCode.DEADLINE_EXCEEDED
+        elif task.attempt >= self._max_attempts(task):
+            code = TaskErrorCode.ATTEMPTS_EXHAUSTED
+        if code is None:
+            self._requeue_task(task, TaskTrigger.OWNER_LOST, reason, out)
+            return
+        error = TaskError(
+            code=code,
+            message=f"owner {owner!r} lost at attempt {task.attempt}",
+            retryable=False,
+            node_id=owner,
+            epoch=task.epoch,
+            attempt=task.attempt,
+        )
+        self._finish(task, TaskTrigger.GIVE_UP, TaskState.FAILED, out, last_error=error)
+        out.notices.append(notices.TaskFailed(task.task_id, owner, task.epoch, error, False))
+
+    def _requeue_task(
+        self,
+        task: TaskRecord,
+        trigger: TaskTrigger,
+        move_reason: MoveReason | None,
+        out: _Out,
+        *,
+        last_error: TaskError | None = None,
+    ) -> None:
+        """Send an owned task back to PENDING (owner lost, retry, or release)."""
+        owner = task.owner_node_id
+        self._revoking.pop(task.task_id, None)
+        spends = trigger in (TaskTrigger.OWNER_LOST, TaskTrigger.RETRY)
+        self._put_task(
+            trigger,
+            replace(
+                task,
+                state=TaskState.PENDING,
+                attempt=task.attempt + 1 if spends else task.attempt,
+                owner_node_id="",
+                owner_incarnation="",
+                move=None,
+                last_error=last_error if last_error is not None else task.last_error,
+                previous_owner_node_ids=_with_previous(task, owner),
+            ),
+            out,
+        )
+        if trigger is TaskTrigger.RETRY:
+            self._requeue[task.task_id] = (AssignReason.RETRY, None, owner)
+        else:
+            self._requeue[task.task_id] = (AssignReason.MOVED, move_reason, owner)
+
+    def _finish(
+        self,
+        task: TaskRecord,
+        trigger: TaskTrigger,
+        state: TaskState,
+        out: _Out,
+        **fields: Any,
+    ) -> None:
+        """Move a task to a terminal state, clearing its owner."""
+        owner = task.owner_node_id
+        self._requeue.pop(task.task_id, None)
+        self._revoking.pop(task.task_id, None)
+        self._put_task(
+            trigger,
+            replace(
+                task,
+                state=state,
+                owner_node_id="",
+                owner_incarnation="",
+                move=None,
+                finished_at_s=self._now_s,
+                previous_owner_node_ids=_with_previous(task, owner),
+                **fields,
+            ),
+            out,
+        )
+
+    def _put_task(self, trigger: TaskTrigger, new: TaskRecord, out: _Out) -> TaskRecord:
+        old = self._tasks.get(new.task_id)
+        stamped = replace(new, updated_at_s=self._now_s, written_term=self._term)
+        self._tasks.transition(trigger, stamped)
+        out.tasks[stamped.task_id] = stamped
+        if stamped.state is TaskState.PENDING or (
+            old is not None and old.state.owned and not stamped.state.owned
+        ):
+            self._placement_dirty = True
+        return stamped
+
+    # ------------------------------------------------------------------
+    # Nodes: state changes, writes, directives.
+    # ------------------------------------------------------------------
+
+    def _current(self, node_id: str, session_id: str) -> NodeEntry | None:
+        """The node if ``session_id`` is its current Session, else None (a stale message)."""
+        entry = self._nodes.get(node_id)
+        if entry is None or not session_id or entry.session_id != session_id:
+            return None
+        return entry
+
+    def _set_state(self, entry: NodeEntry, trigger: NodeTrigger, out: _Out) -> None:
+        state = next_node_state(entry.state, trigger, entry.record.cordoned)
+        if state is entry.state:
+            return
+        self._put_node(
+            entry, self._stamp_state(entry.record, replace(entry.record, state=state)), out
+        )
+        if state is NodeState.ALIVE:
+            self._placement_dirty = True
+
+    def _stamp_state(self, old: NodeRecord, new: NodeRecord) -> NodeRecord:
+        if new.state is old.state:
+            return new
+        return replace(new, state_changed_at_s=self._now_s)
+
+    def _put_node(self, entry: NodeEntry, record: NodeRecord, out: _Out) -> None:
+        last = self._detector.last_heard_s(entry.node_id)
+        stamped = replace(
+            record,
+            last_heartbeat_at_s=last if last is not None else record.last_heartbeat_at_s,
+            written_term=self._term,
+        )
+        entry.record = stamped
+        out.nodes[stamped.node_id] = stamped
+
+    def _recovered(self, entry: NodeEntry, previous: NodeState) -> notices.NodeRecovered:
+        since = entry.unavailable_since_s
+        unavailable = self._now_s - since if since is not None else 0.0
+        return notices.NodeRecovered(
+            entry.node_id, entry.record.incarnation, previous, max(0.0, unavailable)
+        )
+
+    def _send(self, entry: NodeEntry, directive: Directive, out: _Out) -> None:
+        out.sends.append(SendDirective(entry.node_id, entry.session_id, directive))
+
+    def _send_release(self, entry: NodeEntry, task: TaskRecord, out: _Out) -> None:
+        move = task.move
+        if move is None:
+            return
+        remaining = max(0.0, move.release_deadline_s - self._now_s)
+        self._send(
+            entry,
+            Release(
+                move.move_id, task.task_id, task.epoch, move.reason, remaining, move.target_node_id
+            ),
+            out,
+        )
+
+    def _revoke(
+        self,
+        entry: NodeEntry,
+        task_id: str,
+        epoch: int,
+        current_epoch: int,
+        reason: RevokeReason,
+        current_owner: str,
+        out: _Out,
+        *,
+        message: str = "",
+    ) -> None:
+        entry.revoked.add((task_id, epoch))
+        self._send(
+            entry, Revoke(task_id, epoch, current_epoch, reason, current_owner, message), out
+        )
+
+    def _fence(
+        self, entry: NodeEntry, task: TaskRecord, stale_epoch: int, source: FenceSource, out: _Out
+    ) -> None:
+        """A node acts on an epoch it no longer holds: Revoke it and report a zombie."""
+        if task.state is TaskState.CANCELLED:
+            reason = RevokeReason.CANCELLED
+        elif task.state.terminal:
+            reason = RevokeReason.FINISHED
+        elif stale_epoch < task.epoch or _epoch_holder(task) == entry.node_id:
+            reason = RevokeReason.REASSIGNED
+        else:
+            reason = RevokeReason.STALE_EPOCH
+        self._revoke(entry, task.task_id, stale_epoch, task.epoch, reason, task.owner_node_id, out)
+        out.notices.append(
+            notices.ZombieFenced(
+                node_id=entry.node_id,
+                incarnation=entry.record.incarnation,
+                task_id=task.task_id,
+                stale_epoch=stale_epoch,
+                current_epoch=task.epoch,
+                current_owner_node_id=task.owner_node_id,
+                source=source,
+            )
+        )
+
+    def _advance_clock(self, now_s: float) -> None:
+        if not math.isfinite(now_s):
+            raise UsageError(f"now_s must be finite, got {now_s!r}")
+        if now_s < self._now_s:
+            raise UsageError(f"time went backwards: {now_s} < {self._now_s}")
+        self._now_s = now_s
+
+
+def _epoch_holder(task: TaskRecord) -> str:
+    """The node that holds (or last held) the task's current epoch; "" if none ever did."""
+    if task.state.owned:
+        return task.owner_node_id
+    if task.epoch > 0 and task.previous_owner_node_ids:
+        return task.previous_owner_node_ids[-1]
+    return ""
+
+
+def _with_previous(task: TaskRecord, owner: str) -> tuple[str, ...]:
+    if not owner:
+        return task.previous_owner_node_ids
+    return (*task.previous_owner_node_ids, owner)[-MAX_PREVIOUS_OWNERS:]
+
+
+def _derived_reason(task: TaskRecord) -> tuple[AssignReason, MoveReason | None, str]:
+    """Why a PENDING task waits, when no step of this leader recorded it (loaded from etcd)."""
+    if task.epoch == 0:
+        return AssignReason.NEW, None, ""
+    previous = task.previous_owner_node_ids[-1] if task.previous_owner_node_ids else ""
+    if task.last_error is not None and task.last_error.epoch == task.epoch:
+        return AssignReason.RETRY, None, previous
+    return AssignReason.MOVED, MoveReason.NODE_DEAD, previous

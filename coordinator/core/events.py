@@ -1,0 +1,286 @@
+"""Events: past-tense facts the shell feeds into ``CoordinatorCore.step``.
+
+Theory of operation: the shell turns every input it receives (an etcd
+election result, a Session message, an orchestrator RPC, the passage of time)
+into one of these values and calls ``step``. Each carries ``now_s``: the
+leader's clock when the shell observed the fact, in seconds, never
+decreasing from one event to the next (see ``coordinator.core.core``). An
+event states what happened, not what to do about it; deciding is the core's
+job.
+
+Session-scoped events carry the ``session_id`` the shell gave the stream in
+``SessionOpened``; the core ignores messages of a session it no longer
+considers current (a replaced or closed stream), so a late message can never
+revive a node it already judged.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from coordinator.core.records import (
+    CheckpointSummary,
+    HeldTask,
+    Labels,
+    NodeLoad,
+    NodeRecord,
+    TaskError,
+    TaskProgress,
+    TaskRecord,
+    TaskResult,
+    TaskSpec,
+)
+
+__all__ = [
+    "CancelRequested",
+    "Checkpointed",
+    "Completed",
+    "DrainRequested",
+    "Event",
+    "Failed",
+    "GoodbyeReceived",
+    "HeartbeatReceived",
+    "LeadershipAcquired",
+    "LeadershipLost",
+    "PersistFailed",
+    "Released",
+    "SessionClosed",
+    "SessionOpened",
+    "Started",
+    "TaskChange",
+    "TaskSubmitted",
+    "TaskUpdateReceived",
+    "Tick",
+    "UncordonRequested",
+]
+
+
+NO_LOAD = NodeLoad()
+EMPTY_RESULT = TaskResult()
+
+# ---------------------------------------------------------------------------
+# Leadership and persistence.
+# ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class LeadershipAcquired:
+    """This replica won the election; the records are what it loaded from etcd.
+
+    Every node gets a full ``dead_after_s`` from ``now_s`` before it is judged.
+    """
+
+    term: int
+    now_s: float
+    nodes: tuple[NodeRecord, ...] = ()
+    tasks: tuple[TaskRecord, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class LeadershipLost:
+    """This replica is no longer leader (lease lost, term comparison failed, resigned)."""
+
+    now_s: float
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class PersistFailed:
+    """The shell gave up on a PersistNodes / PersistTasks command (after its own retries)."""
+
+    now_s: float
+    reason: str = ""
+
+
+# ---------------------------------------------------------------------------
+# Node agent Sessions.
+# ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class SessionOpened:
+    """A node agent opened a Session and said Hello."""
+
+    session_id: str
+    node_id: str
+    incarnation: str
+    now_s: float
+    address: str = ""
+    capacity_slots: int = 1
+    capacity_cpu_millicores: int = 0
+    capacity_memory_bytes: int = 0
+    labels: Labels = ()
+    kinds: tuple[str, ...] = ()
+    held_tasks: tuple[HeldTask, ...] = ()
+    agent_version: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatReceived:
+    """A Heartbeat arrived on a Session (``seq`` strictly increasing within it)."""
+
+    session_id: str
+    node_id: str
+    seq: int
+    now_s: float
+    load: NodeLoad = NO_LOAD
+    tasks: tuple[TaskProgress, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class SessionClosed:
+    """A Session stream ended (closed by the agent, broken, or closed on our command)."""
+
+    session_id: str
+    node_id: str
+    now_s: float
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class GoodbyeReceived:
+    """A node agent said Goodbye: it leaves and its stream closes after this."""
+
+    session_id: str
+    node_id: str
+    now_s: float
+    reason: str = ""
+    released_all: bool = False
+
+
+# Changes a TaskUpdate can carry (proto TaskUpdate.change).
+
+
+@dataclass(frozen=True, slots=True)
+class Started:
+    """The handler started, fresh (``resumed_from`` None) or from a checkpoint."""
+
+    resumed_from: CheckpointSummary | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpointed:
+    """A checkpoint was committed locally, or Redis acknowledged it (``checkpoint.replicated``)."""
+
+    checkpoint: CheckpointSummary
+    journal_seq: int = 0
+    replicated_journal_seq: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Completed:
+    """The handler returned a result."""
+
+    result: TaskResult = EMPTY_RESULT
+
+
+@dataclass(frozen=True, slots=True)
+class Failed:
+    """The attempt failed; ``error.retryable`` says whether another attempt may succeed."""
+
+    error: TaskError
+
+
+@dataclass(frozen=True, slots=True)
+class Released:
+    """The owner stopped the task for a graceful move after a final replicated checkpoint."""
+
+    move_id: str = ""
+    checkpoint: CheckpointSummary | None = None
+    journal_seq: int = 0
+
+
+TaskChange = Started | Checkpointed | Completed | Failed | Released
+
+
+@dataclass(frozen=True, slots=True)
+class TaskUpdateReceived:
+    """A TaskUpdate arrived: a change of one task at the epoch the agent holds it."""
+
+    session_id: str
+    node_id: str
+    update_seq: int
+    task_id: str
+    epoch: int
+    change: TaskChange
+    now_s: float
+
+
+# ---------------------------------------------------------------------------
+# Orchestrator requests (each answered by one ReplyToRequest command).
+# ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class TaskSubmitted:
+    """An orchestrator submitted a task; idempotent on ``request_id``.
+
+    ``task_id`` empty asks the leader to generate one.
+    """
+
+    request_id: str
+    spec: TaskSpec
+    now_s: float
+    task_id: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class CancelRequested:
+    """An orchestrator asked to cancel a task."""
+
+    request_id: str
+    task_id: str
+    now_s: float
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class DrainRequested:
+    """An operator asked to cordon a node and move its tasks gracefully.
+
+    ``release_timeout_s`` None uses ``CoreSettings.release_timeout_s``.
+    """
+
+    request_id: str
+    node_id: str
+    now_s: float
+    reason: str = ""
+    release_timeout_s: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class UncordonRequested:
+    """An operator asked to lift a node's cordon (ending its drain)."""
+
+    request_id: str
+    node_id: str
+    now_s: float
+
+
+# ---------------------------------------------------------------------------
+# Time.
+# ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Tick:
+    """Time passed; the shell feeds one every ``CoreSettings.tick_interval_s``."""
+
+    now_s: float
+
+
+Event = (
+    LeadershipAcquired
+    | LeadershipLost
+    | PersistFailed
+    | SessionOpened
+    | HeartbeatReceived
+    | SessionClosed
+    | GoodbyeReceived
+    | TaskUpdateReceived
+    | TaskSubmitted
+    | CancelRequested
+    | DrainRequested
+    | UncordonRequested
+    | Tick
+)

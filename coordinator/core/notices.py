@@ -1,0 +1,243 @@
+"""Notices: bodies of the cluster events the leader emits (``EmitEvent``).
+
+Theory of operation: each class is the twin of one member of the ``Event.body``
+oneof in ``records.proto`` and has its name, so the adapter maps
+``notices.NodeDead`` to ``Event.node_dead`` mechanically; ``EmitEvent`` adds
+the term and the time. Input events (``coordinator.core.events``) are what the
+shell observed; notices are what the leader concluded and publishes on
+WatchEvents. Refer to them through the module (``notices.TaskSubmitted``) to
+keep the two apart.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from coordinator.core.records import (
+    FenceSource,
+    MoveReason,
+    NodeState,
+    SuspicionReason,
+    TaskError,
+)
+
+__all__ = [
+    "MassFailureGuardChanged",
+    "NodeDead",
+    "NodeDraining",
+    "NodeJoined",
+    "NodeLeft",
+    "NodeRecovered",
+    "NodeSuspected",
+    "NodeUncordoned",
+    "Notice",
+    "TaskAssigned",
+    "TaskCancelled",
+    "TaskCompleted",
+    "TaskFailed",
+    "TaskReassigned",
+    "TaskResumed",
+    "TaskStarted",
+    "TaskSubmitted",
+    "ZombieFenced",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class NodeJoined:
+    """A node said Hello for the first time, or with a new incarnation."""
+
+    node_id: str
+    incarnation: str
+    previous_incarnation: str = ""
+    address: str = ""
+    held_tasks: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSuspected:
+    """A node became SUSPECT."""
+
+    node_id: str
+    incarnation: str
+    reason: SuspicionReason
+    last_heartbeat_at_s: float | None
+    phi: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class NodeRecovered:
+    """A SUSPECT or DEAD node is ALIVE again (same incarnation)."""
+
+    node_id: str
+    incarnation: str
+    previous_state: NodeState
+    unavailable_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class NodeDead:
+    """A node was declared DEAD after ``detection_s`` of silence."""
+
+    node_id: str
+    incarnation: str
+    last_heartbeat_at_s: float | None
+    detection_s: float
+    tasks_to_move: int
+
+
+@dataclass(frozen=True, slots=True)
+class NodeDraining:
+    """A node was cordoned and its tasks are asked to release."""
+
+    node_id: str
+    drain_id: str
+    reason: str
+    tasks_to_move: int
+
+
+@dataclass(frozen=True, slots=True)
+class NodeUncordoned:
+    """A cordon was lifted."""
+
+    node_id: str
+    drain_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class NodeLeft:
+    """A node left gracefully (Goodbye)."""
+
+    node_id: str
+    incarnation: str
+    reason: str
+    tasks_to_move: int
+
+
+@dataclass(frozen=True, slots=True)
+class MassFailureGuardChanged:
+    """The mass-failure guard engaged (redistribution stopped) or released."""
+
+    active: bool
+    dead_nodes: int
+    total_nodes: int
+    threshold_ratio: float
+
+
+@dataclass(frozen=True, slots=True)
+class TaskSubmitted:
+    """A task was accepted."""
+
+    task_id: str
+    kind: str
+    request_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class TaskAssigned:
+    """A task was placed for the first time or for a retry."""
+
+    task_id: str
+    node_id: str
+    epoch: int
+    attempt: int
+
+
+@dataclass(frozen=True, slots=True)
+class TaskReassigned:
+    """A task moved from one node to another."""
+
+    task_id: str
+    from_node_id: str
+    to_node_id: str
+    epoch: int
+    attempt: int
+    reason: MoveReason
+    resume_seq: int = 0
+    resume_covers_journal_seq: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class TaskStarted:
+    """An owner started a task without a checkpoint to restore."""
+
+    task_id: str
+    node_id: str
+    epoch: int
+    attempt: int
+
+
+@dataclass(frozen=True, slots=True)
+class TaskResumed:
+    """An owner started a task from a checkpoint."""
+
+    task_id: str
+    node_id: str
+    epoch: int
+    resumed_from_seq: int
+
+
+@dataclass(frozen=True, slots=True)
+class TaskCompleted:
+    """A task completed."""
+
+    task_id: str
+    node_id: str
+    epoch: int
+    attempt: int
+    result_bytes: int
+    total_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class TaskFailed:
+    """An attempt failed; ``will_retry`` False means the task is now FAILED."""
+
+    task_id: str
+    node_id: str
+    epoch: int
+    error: TaskError
+    will_retry: bool
+
+
+@dataclass(frozen=True, slots=True)
+class TaskCancelled:
+    """A task was cancelled."""
+
+    task_id: str
+    node_id: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class ZombieFenced:
+    """A node acting on a stale epoch was told to drop the task."""
+
+    node_id: str
+    incarnation: str
+    task_id: str
+    stale_epoch: int
+    current_epoch: int
+    current_owner_node_id: str
+    source: FenceSource
+
+
+Notice = (
+    NodeJoined
+    | NodeSuspected
+    | NodeRecovered
+    | NodeDead
+    | NodeDraining
+    | NodeUncordoned
+    | NodeLeft
+    | MassFailureGuardChanged
+    | TaskSubmitted
+    | TaskAssigned
+    | TaskReassigned
+    | TaskStarted
+    | TaskResumed
+    | TaskCompleted
+    | TaskFailed
+    | TaskCancelled
+    | ZombieFenced
+)

@@ -72,6 +72,8 @@ from typing import Any, Self
 import aetcd
 import aetcd.utils
 
+from coordinator.aetcd_compat import cancel_watch, open_watch, stop_task
+
 __all__ = [
     "DEFAULT_TTL_S",
     "KEEPALIVES_PER_TTL",
@@ -398,7 +400,7 @@ class _Session:
         if not was_lost:
             self.lost_reason = LossReason.RESIGNED
             self.lost_event.set()
-        await _stop_task(self._task)
+        await stop_task(self._task)
         if not revoke or was_lost:
             return
         try:
@@ -411,40 +413,6 @@ class _Session:
                 exc,
                 self.ttl_s,
             )
-
-
-async def _open_watch(client: aetcd.Client, key: bytes, **kwargs: Any) -> Any:
-    """Create an aetcd watch, honouring a cancellation that aetcd swallowed meanwhile.
-
-    aetcd waits for the watch's creation with ``asyncio.wait_for``, which in
-    Python 3.11 drops a cancellation that arrives as the creation completes;
-    the caller would then wait on the new watch for good. A cancellation still
-    pending on the current task is re-raised here.
-    """
-    watch = await client.watch(key, **kwargs)
-    task = asyncio.current_task()
-    if task is not None and task.cancelling():
-        await _cancel_watch(watch)
-        raise asyncio.CancelledError
-    return watch
-
-
-async def _cancel_watch(watch: Any) -> None:
-    """Cancel an aetcd watch, never raising (its stream may be gone already)."""
-    try:
-        async with asyncio.timeout(CLEANUP_TIMEOUT_S):
-            await watch.cancel()
-    except Exception as exc:
-        _log.debug("cancelling watch %r failed: %r", watch, exc)
-
-
-async def _stop_task(task: asyncio.Task[Any]) -> None:
-    """Cancel ``task`` and wait for its end, cancelling again should it swallow one."""
-    while not task.done():
-        task.cancel()
-        await asyncio.wait({task}, timeout=CLEANUP_TIMEOUT_S)
-    if not task.cancelled() and task.exception() is not None:
-        _log.warning("task %s ended with %r", task.get_name(), task.exception())
 
 
 class Election:
@@ -629,7 +597,7 @@ class Election:
                 if current != last:
                     last = current
                     yield current
-                watch = await _open_watch(
+                watch = await open_watch(
                     self._client,
                     current.key.encode(),
                     start_revision=int(response.header.revision) + 1,
@@ -647,7 +615,7 @@ class Election:
                     else:
                         await asyncio.sleep(RETRY_INTERVAL_S)  # stream ended: read again
                 finally:
-                    await _cancel_watch(watch)
+                    await cancel_watch(watch)
             except aetcd.ClientError as exc:
                 _log.warning("observing %s failed (%r); reading again", self._prefix, exc)
                 await asyncio.sleep(RETRY_INTERVAL_S)
@@ -761,18 +729,18 @@ class Election:
 
     async def _wait_for_delete(self, key: bytes, revision: int) -> bool:
         """Watch ``key`` after ``revision`` (when it existed); True once it is deleted."""
-        watch = await _open_watch(self._client, key, start_revision=revision + 1)
+        watch = await open_watch(self._client, key, start_revision=revision + 1)
         try:
             async for event in watch:
                 if event.kind == aetcd.EventKind.DELETE:
                     return True
             return False
         finally:
-            await _cancel_watch(watch)
+            await cancel_watch(watch)
 
     async def _wait_for_put(self, prefix: bytes, revision: int) -> None:
         """Return at the first put under ``prefix`` after ``revision`` (or if the stream ends)."""
-        watch = await _open_watch(
+        watch = await open_watch(
             self._client,
             prefix,
             range_end=aetcd.utils.prefix_range_end(prefix),
@@ -784,7 +752,7 @@ class Election:
                     return
             await asyncio.sleep(RETRY_INTERVAL_S)
         finally:
-            await _cancel_watch(watch)
+            await cancel_watch(watch)
 
     async def _unless_session_lost(
         self, waiting: Coroutine[Any, Any, None], session: _Session, key: str, term: int
@@ -796,8 +764,8 @@ class Election:
             await asyncio.wait({wait_task, lost_task}, return_when=asyncio.FIRST_COMPLETED)
         finally:
             if not wait_task.done():
-                await _stop_task(wait_task)
-            await _stop_task(lost_task)
+                await stop_task(wait_task)
+            await stop_task(lost_task)
         if session.lost_reason is not None:
             if not wait_task.cancelled():
                 wait_task.exception()  # retrieved: the loss is what the caller hears
@@ -835,7 +803,7 @@ class Election:
     async def _stop_monitor(self) -> None:
         monitor, self._monitor = self._monitor, None
         if monitor is not None:
-            await _stop_task(monitor)
+            await stop_task(monitor)
 
     async def _delete_key(self, key: str, term: int) -> None:
         tx = self._client.transactions

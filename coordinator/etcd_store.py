@@ -55,6 +55,7 @@ import aetcd
 import aetcd.rpc
 import aetcd.utils
 
+from coordinator.aetcd_compat import cancel_watch, open_watch
 from coordinator.election import Fence, LeadershipLost, LossReason
 
 __all__ = [
@@ -631,7 +632,7 @@ class ReadCache:
         prefix = self._store.prefix
         while True:
             try:
-                watch = await _open_watch(
+                watch = await open_watch(
                     self._store.client,
                     prefix,
                     range_end=aetcd.utils.prefix_range_end(prefix),
@@ -641,7 +642,7 @@ class ReadCache:
                     async for event in watch:
                         self._apply(event)
                 finally:
-                    await _cancel_watch(watch)
+                    await cancel_watch(watch)
             except aetcd.RevisionCompactedError as exc:
                 _log.warning(
                     "read cache: revision %d compacted (%r); reloading", self._revision + 1, exc
@@ -670,25 +671,3 @@ class ReadCache:
         for _, future in ready:
             if not future.done():
                 future.set_result(None)
-
-
-async def _open_watch(client: aetcd.Client, key: bytes, **kwargs: Any) -> Any:
-    """Create an aetcd watch, honouring a cancellation that aetcd swallowed meanwhile.
-
-    Same workaround as in ``coordinator.election``: aetcd's ``asyncio.wait_for``
-    drops, in Python 3.11, a cancellation that arrives as the watch is created.
-    """
-    watch = await client.watch(key, **kwargs)
-    task = asyncio.current_task()
-    if task is not None and task.cancelling():
-        await _cancel_watch(watch)
-        raise asyncio.CancelledError
-    return watch
-
-
-async def _cancel_watch(watch: Any) -> None:
-    try:
-        async with asyncio.timeout(DEFAULT_TIMEOUT_S):
-            await watch.cancel()
-    except Exception as exc:
-        _log.debug("cancelling watch %r failed: %r", watch, exc)

@@ -1,0 +1,584 @@
+"""The coordinator's leader loop: election, core events in, commands out.
+
+Theory of operation: one ``CoordinatorRuntime`` per coordinator process owns a
+``CoordinatorCore``, an ``Election`` and an ``EtcdStore``. It decides nothing;
+it observes and acts:
+
+- *leadership*: ``run()`` campaigns with the advertised address; when the
+  campaign returns it loads every record from etcd and feeds
+  ``LeadershipAcquired``; it then feeds ``Tick`` every
+  ``CoreSettings.tick_interval_s`` until ``Leadership.lost()`` reports a loss,
+  feeds ``LeadershipLost``, ends every Session, and campaigns again.
+- *events*: every event goes through :meth:`feed`, which holds one
+  ``asyncio.Lock`` while it calls ``core.step`` and runs the returned commands
+  in list order, so lists never overtake each other (commands.py's rule).
+- *commands*: ``PersistNodes`` / ``PersistTasks`` -> ``EtcdStore.write`` with
+  the leadership's ``Fence`` (awaited before the next command); a
+  ``FencedWriteRejected`` feeds ``LeadershipLost`` and drops the rest of the
+  list; an etcd outage that outlasts the retries feeds ``PersistFailed``,
+  whose ``StepDown`` resigns. ``EmitEvent`` appends to an in-memory event log
+  (``events``). ``SendDirective`` puts the converted message on the Session's
+  outbound queue; ``CloseSession`` queues the end of that stream with the
+  status; ``ReplyToRequest`` resolves the waiting orchestrator request;
+  ``StepDown`` resigns the election.
+
+Sessions are :class:`Channel` objects the gRPC servicer
+(``coordinator.session``) opens per stream; the runtime routes directives to
+them by ``session_id``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import dataclasses
+import logging
+import time
+import uuid
+from collections.abc import Callable, Coroutine, Mapping
+from dataclasses import dataclass
+from random import Random
+from typing import Any, Protocol
+
+import aetcd
+import grpc
+from google.protobuf.message import DecodeError, Message
+
+from coordinator import convert
+from coordinator.core import (
+    CloseSession,
+    Command,
+    CoordinatorCore,
+    CoreSettings,
+    EmitEvent,
+    Event,
+    HeartbeatAck,
+    LeadershipAcquired,
+    LeadershipLost,
+    NodeRecord,
+    PersistFailed,
+    PersistNodes,
+    PersistTasks,
+    ReplyToRequest,
+    Role,
+    SendDirective,
+    StatusCode,
+    StepDown,
+    TaskRecord,
+    Tick,
+)
+from coordinator.election import Election, Leadership
+from coordinator.election import LeadershipLost as ElectionLost
+from coordinator.etcd_store import (
+    Collection,
+    EtcdStore,
+    EtcdUnavailable,
+    FencedWriteRejected,
+    PutRecord,
+)
+from lazarus.v1 import agent_pb2, records_pb2
+
+__all__ = [
+    "Channel",
+    "CoordinatorRuntime",
+    "Observer",
+    "RuntimeSettings",
+    "grpc_status",
+    "wall_anchored_clock",
+]
+
+_log = logging.getLogger("lazarus.coordinator.runtime")
+
+EVENT_LOG_SIZE = 10_000
+"""Most cluster events kept in memory."""
+
+PERSIST_RETRIES = 5
+"""Attempts of one fenced write while etcd is unavailable, before PersistFailed."""
+
+PERSIST_RETRY_INTERVAL_S = 0.2
+"""Pause between those attempts."""
+
+CAMPAIGN_RETRY_INTERVAL_S = 0.5
+"""Pause before campaigning again after an etcd error."""
+
+MAX_ECHOES = 64
+"""Heartbeat send times kept per Session for the ack's echo."""
+
+
+def wall_anchored_clock() -> Callable[[], float]:
+    """A clock that advances with ``time.monotonic`` and starts at Unix time (seconds)."""
+    wall0 = time.time()
+    mono0 = time.monotonic()
+    return lambda: wall0 + time.monotonic() - mono0
+
+
+def grpc_status(code: StatusCode) -> grpc.StatusCode:
+    """The gRPC status code of a core ``StatusCode`` (same names)."""
+    return grpc.StatusCode[code.name]
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimeSettings:
+    """What the runtime needs beyond the core's settings.
+
+    Attributes:
+        cluster: the cluster name (etcd prefix ``/lazarus/<cluster>/``).
+        member_id: this coordinator's id (Welcome.leader_id, logs).
+        advertise_address: host:port node agents and peers dial (election value).
+        max_message_bytes: announced in Welcome (0: unspecified).
+        max_payload_bytes: announced in Welcome (0: unspecified).
+    """
+
+    cluster: str
+    member_id: str
+    advertise_address: str
+    max_message_bytes: int = 0
+    max_payload_bytes: int = 0
+
+
+class Observer(Protocol):
+    """Receives facts for metrics; every method must be cheap and never raise."""
+
+    def leadership_changed(self, leading: bool, term: int) -> None:
+        """This replica started or stopped leading."""
+
+    def leader_observed(self, key: str, term: int) -> None:
+        """The election shows this leader key (every replica; repeats possible)."""
+
+    def heartbeat_received(self, node_id: str, now_s: float) -> None:
+        """A heartbeat arrived."""
+
+    def event_emitted(self, event: EmitEvent) -> None:
+        """The core emitted a cluster event."""
+
+    def etcd_write(self, seconds: float, ok: bool) -> None:
+        """A fenced etcd write finished."""
+
+    def state_changed(self, core: CoordinatorCore) -> None:
+        """A step ran; gauges may be refreshed from the core."""
+
+
+class _NullObserver:
+    def leadership_changed(self, leading: bool, term: int) -> None:
+        pass
+
+    def leader_observed(self, key: str, term: int) -> None:
+        pass
+
+    def heartbeat_received(self, node_id: str, now_s: float) -> None:
+        pass
+
+    def event_emitted(self, event: EmitEvent) -> None:
+        pass
+
+    def etcd_write(self, seconds: float, ok: bool) -> None:
+        pass
+
+    def state_changed(self, core: CoordinatorCore) -> None:
+        pass
+
+
+@dataclass(frozen=True, slots=True)
+class Close:
+    """End the stream with this status (queued after any earlier message)."""
+
+    code: grpc.StatusCode
+    reason: str
+
+
+END = None
+"""Queued when the stream should end with OK (the agent half-closed it)."""
+
+Outbound = agent_pb2.CoordinatorMessage | Close | None
+
+
+class Channel:
+    """One Session stream's outbound side and what the shell knows of it.
+
+    Attributes:
+        session_id: the id given to the core in SessionOpened.
+        node_id: the node of its first Hello ("" before).
+        hello_seen: a Hello was translated on this stream.
+    """
+
+    def __init__(self, session_id: str) -> None:
+        self.session_id = session_id
+        self.node_id = ""
+        self.hello_seen = False
+        self._queue: asyncio.Queue[Outbound] = asyncio.Queue()
+        self._echoes: collections.OrderedDict[int, tuple[int, int]] = collections.OrderedDict()
+        self.closed = False
+
+    def put(self, message: agent_pb2.CoordinatorMessage) -> None:
+        """Queue a message for the stream (dropped once the stream is closing)."""
+        if not self.closed:
+            self._queue.put_nowait(message)
+
+    def close(self, code: grpc.StatusCode, reason: str) -> None:
+        """Queue the end of the stream with a status; later messages are dropped."""
+        if not self.closed:
+            self.closed = True
+            self._queue.put_nowait(Close(code, reason))
+
+    def end(self) -> None:
+        """Queue the end of the stream with OK."""
+        if not self.closed:
+            self.closed = True
+            self._queue.put_nowait(END)
+
+    async def next(self) -> Outbound:
+        """The next thing to do on the stream."""
+        return await self._queue.get()
+
+    def remember_heartbeat(self, msg: agent_pb2.Heartbeat) -> None:
+        """Keep a heartbeat's send times for the ack's echo."""
+        self._echoes[msg.seq] = (msg.sent_at_unix_ms, msg.sent_at_monotonic_ms)
+        while len(self._echoes) > MAX_ECHOES:
+            self._echoes.popitem(last=False)
+
+    def echo(self, seq: int) -> tuple[int, int]:
+        """Send times of heartbeat ``seq`` ((0, 0) when unknown), forgotten after."""
+        return self._echoes.pop(seq, (0, 0))
+
+
+class CoordinatorRuntime:
+    """The IO shell around ``CoordinatorCore``; see the module docstring.
+
+    Args:
+        core_settings: the core's settings.
+        settings: cluster, member id, advertised address.
+        election: the etcd election (campaigns under ``election_prefix(cluster)``).
+        store: the fenced record store of the cluster.
+        seed: seed of the core's random source (None: random).
+        clock: leader clock in seconds (default: ``wall_anchored_clock()``).
+        observer: receives facts for metrics.
+    """
+
+    def __init__(
+        self,
+        core_settings: CoreSettings,
+        settings: RuntimeSettings,
+        *,
+        election: Election,
+        store: EtcdStore,
+        seed: int | None = None,
+        clock: Callable[[], float] | None = None,
+        observer: Observer | None = None,
+    ) -> None:
+        self.core_settings = core_settings
+        self.settings = settings
+        self.election = election
+        self.store = store
+        self.core = CoordinatorCore(core_settings, rng=Random(seed))
+        self.now_s = clock if clock is not None else wall_anchored_clock()
+        self.observer: Observer = observer if observer is not None else _NullObserver()
+        self.events: collections.deque[records_pb2.Event] = collections.deque(maxlen=EVENT_LOG_SIZE)
+        self._event_revision = 0
+        self._lock = asyncio.Lock()
+        self._channels: dict[str, Channel] = {}
+        self._requests: dict[str, asyncio.Future[ReplyToRequest]] = {}
+        self._leadership: Leadership | None = None
+        self._last_now_s = float("-inf")
+        self._background: set[asyncio.Task[None]] = set()
+        self.leader_changes = 0
+
+    # ------------------------------------------------------------------ state
+
+    @property
+    def leading(self) -> bool:
+        """True while this replica leads and its core has the records loaded."""
+        return self._leadership is not None and self.core.role is Role.LEADER
+
+    @property
+    def leadership(self) -> Leadership | None:
+        """The current leadership, or None."""
+        return self._leadership
+
+    def _now(self) -> float:
+        now = max(self.now_s(), self._last_now_s)
+        self._last_now_s = now
+        return now
+
+    # ------------------------------------------------------------------ leader loop
+
+    async def run(self) -> None:
+        """Campaign, lead until the leadership is lost, repeat; until cancelled."""
+        while True:
+            try:
+                leadership = await self.election.campaign(self.settings.advertise_address)
+            except (ElectionLost, aetcd.ClientError, EtcdUnavailable) as exc:
+                _log.warning("campaign failed: %s; retrying", exc)
+                await asyncio.sleep(CAMPAIGN_RETRY_INTERVAL_S)
+                continue
+            try:
+                await self._lead(leadership)
+            except (aetcd.ClientError, EtcdUnavailable) as exc:
+                _log.warning("leading failed on etcd: %s; resigning", exc)
+                with contextlib.suppress(Exception):
+                    await self.election.resign()
+            finally:
+                await self._lose_leadership(leadership)
+
+    async def _lead(self, leadership: Leadership) -> None:
+        snapshot = await self.store.load()
+        nodes, tasks = _decode_records(snapshot.nodes, snapshot.tasks)
+        async with self._lock:
+            if leadership.is_lost:
+                return
+            self._leadership = leadership
+            self.leader_changes += 1
+            _log.info(
+                "leading: term=%d nodes=%d tasks=%d revision=%d",
+                leadership.term,
+                len(nodes),
+                len(tasks),
+                snapshot.revision,
+            )
+            self.observer.leadership_changed(True, leadership.term)
+            event = LeadershipAcquired(
+                term=leadership.term, now_s=self._now(), nodes=nodes, tasks=tasks
+            )
+            await self._step_locked(event)
+        ticker = asyncio.create_task(self._tick_loop(), name="coordinator-tick")
+        try:
+            reason = await leadership.lost()
+            _log.warning("leadership lost: term=%d reason=%s", leadership.term, reason.name)
+        finally:
+            ticker.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await ticker
+
+    async def _lose_leadership(self, leadership: Leadership) -> None:
+        async with self._lock:
+            was = self._leadership is leadership
+            self._leadership = None
+            if self.core.role is Role.LEADER:
+                self.core.step(LeadershipLost(now_s=self._now(), reason="leadership lost"))
+            if was:
+                self.observer.leadership_changed(False, leadership.term)
+            for channel in list(self._channels.values()):
+                channel.close(grpc.StatusCode.UNAVAILABLE, "this coordinator is no longer leader")
+            self.observer.state_changed(self.core)
+
+    async def _tick_loop(self) -> None:
+        interval = self.core_settings.tick_interval_s
+        loop = asyncio.get_running_loop()
+        deadline = loop.time()
+        while True:
+            deadline += interval
+            await asyncio.sleep(max(0.0, deadline - loop.time()))
+            if loop.time() - deadline > interval:
+                deadline = loop.time()  # fell behind (a long step): do not burst
+            await self.feed(Tick(now_s=0.0))
+
+    async def observe_leaders(self) -> None:
+        """Report every leader the election shows to the observer; until cancelled."""
+        while True:
+            try:
+                async for leader in self.election.observe():
+                    self.observer.leader_observed(leader.key, leader.term)
+            except (aetcd.ClientError, ElectionLost) as exc:
+                _log.warning("observing the election failed: %s; retrying", exc)
+            await asyncio.sleep(CAMPAIGN_RETRY_INTERVAL_S)
+
+    async def resign(self) -> None:
+        """Give up leadership at once (SIGTERM); ``run`` campaigns again unless cancelled."""
+        await self.election.resign()
+
+    # ------------------------------------------------------------------ events in
+
+    async def feed(self, event: Event) -> bool:
+        """Step the core with ``event`` (re-stamped with the current time) and run its commands.
+
+        Args:
+            event: a fact; its ``now_s`` is replaced by the runtime's clock.
+
+        Returns:
+            False when this replica is not leading (the event was not fed).
+        """
+        async with self._lock:
+            if not self.leading:
+                return False
+            await self._step_locked(dataclasses.replace(event, now_s=self._now()))
+            return True
+
+    async def _step_locked(self, event: Event) -> None:
+        commands = self.core.step(event)
+        await self._run_locked(commands)
+        self.observer.state_changed(self.core)
+
+    async def _run_locked(self, commands: list[Command]) -> None:
+        for index, command in enumerate(commands):
+            if isinstance(command, PersistNodes | PersistTasks):
+                if not await self._persist(command):
+                    _log.warning(
+                        "dropping %d commands after a failed persist", len(commands) - index
+                    )
+                    return
+            elif isinstance(command, EmitEvent):
+                self._emit(command)
+            elif isinstance(command, SendDirective):
+                self._send(command)
+            elif isinstance(command, CloseSession):
+                channel = self._channels.get(command.session_id)
+                if channel is not None:
+                    _log.info(
+                        "closing session %s of %r: %s %s",
+                        command.session_id,
+                        command.node_id,
+                        command.code.name,
+                        command.reason,
+                    )
+                    channel.close(grpc_status(command.code), command.reason)
+            elif isinstance(command, ReplyToRequest):
+                future = self._requests.pop(command.request_id, None)
+                if future is not None and not future.done():
+                    future.set_result(command)
+            elif isinstance(command, StepDown):
+                _log.warning("stepping down: %s", command.reason)
+                self._spawn(self._resign_quietly())
+
+    async def _resign_quietly(self) -> None:
+        try:
+            await self.election.resign()
+        except Exception as exc:  # the key then goes with the lease
+            _log.warning("resign failed: %s", exc)
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _persist(self, command: PersistNodes | PersistTasks) -> bool:
+        leadership = self._leadership
+        if leadership is None:
+            return False
+        ops: list[PutRecord]
+        if isinstance(command, PersistNodes):
+            ops = [
+                PutRecord(
+                    Collection.NODES, r.node_id, convert.node_record_to_pb(r).SerializeToString()
+                )
+                for r in command.records
+            ]
+        else:
+            ops = [
+                PutRecord(
+                    Collection.TASKS, r.task_id, convert.task_record_to_pb(r).SerializeToString()
+                )
+                for r in command.records
+            ]
+        problem = ""
+        for _attempt in range(PERSIST_RETRIES):
+            started = time.monotonic()
+            try:
+                await self.store.write(leadership.fence, ops)
+            except FencedWriteRejected as exc:
+                self.observer.etcd_write(time.monotonic() - started, False)
+                _log.error("fenced write rejected: %s", exc)
+                leadership.report_fence_rejected()
+                self.core.step(LeadershipLost(now_s=self._now(), reason=str(exc)))
+                return False
+            except (EtcdUnavailable, aetcd.ClientError) as exc:
+                self.observer.etcd_write(time.monotonic() - started, False)
+                problem = str(exc)
+                _log.warning("etcd write failed (%s); retrying", exc)
+                if leadership.is_lost:
+                    break
+                await asyncio.sleep(PERSIST_RETRY_INTERVAL_S)
+                continue
+            self.observer.etcd_write(time.monotonic() - started, True)
+            return True
+        commands = self.core.step(PersistFailed(now_s=self._now(), reason=problem))
+        await self._run_locked(commands)
+        return False
+
+    def _emit(self, command: EmitEvent) -> None:
+        self._event_revision += 1
+        self.events.append(convert.notice_to_pb(command, self._event_revision))
+        self.observer.event_emitted(command)
+        _log.info("event term=%d %s", command.term, command.body)
+
+    def _send(self, command: SendDirective) -> None:
+        channel = self._channels.get(command.session_id)
+        if channel is None:
+            return  # that Session is gone: drop
+        message = convert.directive_to_pb(
+            command.directive,
+            session_id=command.session_id,
+            leader_id=self.settings.member_id,
+            cluster_name=self.settings.cluster,
+            now_s=self._last_now_s,
+            max_message_bytes=self.settings.max_message_bytes,
+            max_payload_bytes=self.settings.max_payload_bytes,
+        )
+        if isinstance(command.directive, HeartbeatAck):
+            sent_unix_ms, sent_mono_ms = channel.echo(command.directive.seq)
+            message.heartbeat_ack.sent_at_unix_ms = sent_unix_ms
+            message.heartbeat_ack.sent_at_monotonic_ms = sent_mono_ms
+        channel.put(message)
+
+    # ------------------------------------------------------------------ sessions
+
+    def open_channel(self) -> Channel:
+        """Register a new Session stream and give it a fresh session id."""
+        channel = Channel(uuid.uuid4().hex)
+        self._channels[channel.session_id] = channel
+        return channel
+
+    def release_channel(self, channel: Channel) -> None:
+        """The stream is over: forget it (the servicer feeds SessionClosed first)."""
+        self._channels.pop(channel.session_id, None)
+
+    # ------------------------------------------------------------------ requests
+
+    async def request(self, event: Event, request_id: str) -> ReplyToRequest:
+        """Feed an orchestrator request and return the core's reply to it.
+
+        The reply comes out of the same step, after the step's persists, so a
+        reply is only returned once etcd holds what it reports.
+
+        Raises:
+            NotLeading: this replica does not lead, or the step's persist
+                failed and it stepped down (UNAVAILABLE).
+        """
+        future: asyncio.Future[ReplyToRequest] = asyncio.get_running_loop().create_future()
+        async with self._lock:
+            if not self.leading:
+                raise NotLeading()
+            self._requests[request_id] = future
+            try:
+                await self._step_locked(dataclasses.replace(event, now_s=self._now()))
+            finally:
+                if self._requests.get(request_id) is future:
+                    del self._requests[request_id]
+        if not future.done() or future.exception() is not None:
+            raise NotLeading()
+        return future.result()
+
+
+class NotLeading(Exception):
+    """This replica does not lead (UNAVAILABLE)."""
+
+
+def _decode_records(
+    nodes: Mapping[str, bytes], tasks: Mapping[str, bytes]
+) -> tuple[tuple[NodeRecord, ...], tuple[TaskRecord, ...]]:
+    out_nodes: list[NodeRecord] = []
+    out_tasks: list[TaskRecord] = []
+    for name, data in sorted(nodes.items()):
+        try:
+            out_nodes.append(convert.node_record_from_pb(records_pb2.NodeRecord.FromString(data)))
+        except (DecodeError, ValueError) as exc:
+            _log.error("node record %r is unreadable, skipped: %s", name, exc)
+    for name, data in sorted(tasks.items()):
+        try:
+            out_tasks.append(convert.task_record_from_pb(records_pb2.TaskRecord.FromString(data)))
+        except (DecodeError, ValueError) as exc:
+            _log.error("task record %r is unreadable, skipped: %s", name, exc)
+    return tuple(out_nodes), tuple(out_tasks)
+
+
+def _bytes(message: Message) -> bytes:
+    return message.SerializeToString()

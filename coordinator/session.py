@@ -1,0 +1,257 @@
+"""The AgentService servicer: node agent Session streams on grpc.aio.
+
+Theory of operation: each ``Session`` stream becomes a
+:class:`~coordinator.runtime.Channel`. A reader task parses what the agent
+sends, translates it into a core event (``coordinator.convert``) and feeds it
+to the runtime; the handler itself writes what the runtime queues on the
+channel (directives, then possibly a closing status). When the stream ends for
+any reason the servicer feeds ``SessionClosed``; the core ignores it for a
+Session it already closed or replaced.
+
+What the core judges (a Hello without node_id or incarnation, a second Hello,
+a heartbeat seq that does not increase, a Session replaced by a newer one) it
+answers with ``CloseSession``; the servicer only carries that status out.
+What cannot become an event is refused here with INVALID_ARGUMENT, as
+agent.proto's contract says: bytes that do not parse as an ``AgentMessage``,
+fields this coordinator does not know (the message names the field path), a
+first message that is not a Hello, a message without a body, a TaskUpdate
+without a change. An unsupported ``Hello.protocol_version`` is
+FAILED_PRECONDITION. A replica that does not lead writes ``NotLeader`` (the
+leader's address read from the election) and ends with UNAVAILABLE.
+
+Messages of the reconciliation protocol (state vectors, deltas, lineage) are
+not handled yet and are ignored.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+import grpc
+import grpc.aio
+from google.protobuf.message import DecodeError, Message
+from google.protobuf.unknown_fields import UnknownFieldSet
+
+from coordinator import convert
+from coordinator.core import GoodbyeReceived, SessionClosed
+from coordinator.runtime import Channel, Close, CoordinatorRuntime
+from lazarus.v1 import agent_pb2
+
+__all__ = [
+    "SERVICE_NAME",
+    "SUPPORTED_PROTOCOL_VERSIONS",
+    "AgentSessionService",
+    "add_agent_service",
+    "unknown_field_path",
+]
+
+_log = logging.getLogger("lazarus.coordinator.session")
+
+SERVICE_NAME = "lazarus.v1.AgentService"
+
+SUPPORTED_PROTOCOL_VERSIONS = frozenset({0, 1})
+"""Hello.protocol_version values accepted (0: an agent that does not say)."""
+
+NOT_LEADER_RETRY_AFTER_MS = 200
+"""NotLeader.retry_after_ms: when to dial the leader (or retry here)."""
+
+
+def unknown_field_path(message: Message, path: str = "") -> str | None:
+    """The path of the first field ``message`` holds that its schema does not know.
+
+    Args:
+        message: a parsed message.
+        path: prefix for the returned path.
+
+    Returns:
+        ``"<path>#<field number>"``, or None when every field is known.
+    """
+    unknown = UnknownFieldSet(message)
+    if len(unknown):
+        return f"{path or message.DESCRIPTOR.name}#{unknown[0].field_number}"
+    for field, value in message.ListFields():
+        name = f"{path}.{field.name}" if path else field.name
+        if field.message_type is None:
+            continue
+        if field.message_type.GetOptions().map_entry:
+            value_field = field.message_type.fields_by_name["value"]
+            values = list(value.values()) if value_field.message_type is not None else []
+        elif field.is_repeated:
+            values = list(value)
+        else:
+            values = [value]
+        for item in values:
+            found = unknown_field_path(item, name)
+            if found is not None:
+                return found
+    return None
+
+
+class AgentSessionService:
+    """Serves ``AgentService.Session`` for one runtime."""
+
+    def __init__(self, runtime: CoordinatorRuntime) -> None:
+        self._runtime = runtime
+
+    async def Session(
+        self, request_iterator: AsyncIterator[bytes], context: grpc.aio.ServicerContext[Any, Any]
+    ) -> None:
+        """One node agent's Session; see the module docstring for the statuses."""
+        runtime = self._runtime
+        if not runtime.leading:
+            await self._not_leader(context)
+            return
+        channel = runtime.open_channel()
+        reader = asyncio.create_task(self._read(request_iterator, channel))
+        try:
+            while True:
+                item = await channel.next()
+                if item is None:
+                    return
+                if isinstance(item, Close):
+                    await context.abort(item.code, item.reason)
+                    return
+                await context.write(item)
+        finally:
+            reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await reader
+            if channel.hello_seen:
+                # Shielded from the handler's own cancellation (client went away).
+                closed = SessionClosed(
+                    session_id=channel.session_id, node_id=channel.node_id, now_s=0.0
+                )
+                await asyncio.shield(runtime.feed(closed))
+            runtime.release_channel(channel)
+
+    async def _not_leader(self, context: grpc.aio.ServicerContext[Any, Any]) -> None:
+        leader = None
+        with contextlib.suppress(Exception):
+            leader = await self._runtime.election.leader()
+        address = leader.value if leader is not None else ""
+        await context.write(
+            agent_pb2.CoordinatorMessage(
+                not_leader=agent_pb2.NotLeader(
+                    # Member ids of other replicas are unknown until MemberRecords exist.
+                    leader_id="",
+                    leader_address=address,
+                    term=leader.term if leader is not None else 0,
+                    retry_after_ms=NOT_LEADER_RETRY_AFTER_MS,
+                )
+            )
+        )
+        where = f"the leader is at {address}" if address else "no leader is known"
+        await context.abort(grpc.StatusCode.UNAVAILABLE, f"not the leader; {where}")
+
+    async def _read(self, requests: AsyncIterator[bytes], channel: Channel) -> None:
+        incoming = aiter(requests)
+        while True:
+            try:
+                raw = await anext(incoming)
+            except StopAsyncIteration:
+                break  # the agent half-closed the stream
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # a broken stream: the agent is gone
+                _log.info("session %s: stream broke: %s", channel.session_id, exc)
+                break
+            try:
+                problem = await self._receive(channel, raw)
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # a bug in the shell or the core: end this stream only
+                _log.exception("session %s: handling a message failed", channel.session_id)
+                channel.close(grpc.StatusCode.INTERNAL, "internal error; reconnect")
+                return
+            if problem is not None:
+                code, reason = problem
+                _log.info("session %s (%r): %s", channel.session_id, channel.node_id, reason)
+                channel.close(code, reason)
+                return
+        channel.end()
+
+    async def _receive(self, channel: Channel, raw: bytes) -> tuple[grpc.StatusCode, str] | None:
+        invalid = grpc.StatusCode.INVALID_ARGUMENT
+        try:
+            message = agent_pb2.AgentMessage.FromString(raw)
+        except DecodeError as exc:
+            return invalid, f"bytes do not parse as an AgentMessage: {exc}"
+        unknown = unknown_field_path(message)
+        if unknown is not None:
+            return invalid, f"{unknown}: field unknown to this coordinator"
+        runtime = self._runtime
+        which = message.WhichOneof("body")
+        sid = channel.session_id
+        if which is None:
+            return invalid, "AgentMessage.body: must be set"
+        if not channel.hello_seen and which != "hello":
+            return invalid, f"AgentMessage.{which}: the first message must be a hello"
+        if which == "hello":
+            hello = message.hello
+            if hello.protocol_version not in SUPPORTED_PROTOCOL_VERSIONS:
+                return (
+                    grpc.StatusCode.FAILED_PRECONDITION,
+                    f"hello.protocol_version: {hello.protocol_version} is not supported "
+                    f"(supported: {sorted(SUPPORTED_PROTOCOL_VERSIONS)})",
+                )
+            opened = convert.hello_to_event(sid, hello, 0.0)
+            if channel.hello_seen:
+                # A second Hello: the stream stays bound to its first node; the core judges.
+                opened = dataclasses.replace(opened, node_id=channel.node_id)
+            else:
+                channel.hello_seen = True
+                channel.node_id = hello.node_id
+            fed = await runtime.feed(opened)
+        elif which == "heartbeat":
+            channel.remember_heartbeat(message.heartbeat)
+            event = convert.heartbeat_to_event(sid, channel.node_id, message.heartbeat, 0.0)
+            fed = await runtime.feed(event)
+            if fed:
+                runtime.observer.heartbeat_received(channel.node_id, runtime.now_s())
+        elif which == "task_update":
+            try:
+                update = convert.task_update_to_event(
+                    sid, channel.node_id, message.task_update, 0.0
+                )
+            except convert.UnknownChange as exc:
+                return invalid, str(exc)
+            fed = await runtime.feed(update)
+        elif which == "goodbye":
+            bye = message.goodbye
+            fed = await runtime.feed(
+                GoodbyeReceived(
+                    session_id=sid,
+                    node_id=channel.node_id,
+                    now_s=0.0,
+                    reason=bye.reason,
+                    released_all=bye.released_all,
+                )
+            )
+        else:
+            _log.debug("session %s: %s not handled yet, ignored", sid, which)
+            return None
+        if not fed:
+            return grpc.StatusCode.UNAVAILABLE, "this coordinator is no longer leader"
+        return None
+
+
+def add_agent_service(server: grpc.aio.Server, runtime: CoordinatorRuntime) -> AgentSessionService:
+    """Register AgentService on ``server``; requests reach the servicer as raw bytes.
+
+    Returns:
+        The servicer.
+    """
+    servicer = AgentSessionService(runtime)
+    handler = grpc.stream_stream_rpc_method_handler(
+        servicer.Session,
+        request_deserializer=None,
+        response_serializer=agent_pb2.CoordinatorMessage.SerializeToString,
+    )
+    generic = grpc.method_handlers_generic_handler(SERVICE_NAME, {"Session": handler})
+    server.add_generic_rpc_handlers((generic,))
+    return servicer

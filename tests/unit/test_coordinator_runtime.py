@@ -1,0 +1,148 @@
+"""CoordinatorRuntime with a fake election and store: command order, fencing, step-down.
+
+The fakes stand in for etcd so the failure paths run deterministically: a
+write refused by the fence, and etcd unavailable for longer than the retries.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+
+from coordinator import runtime as runtime_module
+from coordinator.core import CoreSettings, Role, SessionOpened
+from coordinator.election import Fence, Leadership, LossReason
+from coordinator.etcd_store import (
+    Collection,
+    EtcdUnavailable,
+    FencedWriteRejected,
+    RecordOp,
+    Snapshot,
+)
+from coordinator.runtime import Channel, CoordinatorRuntime, RuntimeSettings
+from lazarus.v1 import agent_pb2
+
+TERM = 7
+
+
+class FakeElection:
+    def __init__(self) -> None:
+        self.leadership: Leadership | None = None
+        self.resigned = 0
+
+    async def campaign(self, value: str) -> Leadership:
+        if self.leadership is not None:
+            await asyncio.Event().wait()  # a second campaign waits forever
+        self.leadership = Leadership("/e/1", 1, TERM, value)
+        return self.leadership
+
+    async def resign(self) -> None:
+        self.resigned += 1
+        if self.leadership is not None:
+            self.leadership._lose(LossReason.RESIGNED)
+
+
+class FakeStore:
+    def __init__(self) -> None:
+        self.writes: list[tuple[Fence, list[RecordOp]]] = []
+        self.fail_with: Exception | None = None
+        self.log: list[str] = []
+
+    async def load(self) -> Snapshot:
+        return Snapshot(revision=1)
+
+    async def write(self, fence: Fence, ops: Sequence[RecordOp]) -> tuple[int, ...]:
+        if self.fail_with is not None:
+            raise self.fail_with
+        self.writes.append((fence, list(ops)))
+        self.log.append("persist")
+        return (len(self.writes),)
+
+
+async def _leading_runtime() -> tuple[CoordinatorRuntime, FakeElection, FakeStore, Any]:
+    election = FakeElection()
+    store = FakeStore()
+    runtime = CoordinatorRuntime(
+        CoreSettings(),
+        RuntimeSettings(cluster="c", member_id="m", advertise_address="127.0.0.1:1"),
+        election=election,  # type: ignore[arg-type]
+        store=store,  # type: ignore[arg-type]
+        seed=1,
+    )
+    task = asyncio.create_task(runtime.run())
+    async with asyncio.timeout(2):
+        while not runtime.leading:
+            await asyncio.sleep(0.001)
+    return runtime, election, store, task
+
+
+def _hello(channel: Channel) -> SessionOpened:
+    return SessionOpened(session_id=channel.session_id, node_id="n1", incarnation="i1", now_s=0.0)
+
+
+def _queued(channel: Channel) -> list[Any]:
+    items = []
+    queue = channel._queue
+    while not queue.empty():
+        items.append(queue.get_nowait())
+    return items
+
+
+async def _stop(task: Any) -> None:
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
+async def test_persist_happens_before_the_welcome_is_queued() -> None:
+    runtime, _, store, task = await _leading_runtime()
+    channel = runtime.open_channel()
+    original = channel.put
+
+    def put(message: agent_pb2.CoordinatorMessage) -> None:
+        store.log.append(message.WhichOneof("body") or "")
+        original(message)
+
+    channel.put = put  # type: ignore[method-assign]
+    assert await runtime.feed(_hello(channel))
+    assert store.log == ["persist", "welcome"]
+    fence, ops = store.writes[0]
+    assert fence.term == TERM
+    assert [(op.collection, op.name) for op in ops] == [(Collection.NODES, "n1")]
+    await _stop(task)
+
+
+async def test_fenced_write_rejected_drops_the_rest_and_steps_down() -> None:
+    runtime, election, store, task = await _leading_runtime()
+    channel = runtime.open_channel()
+    store.fail_with = FencedWriteRejected(Fence(b"/e/1", TERM), 0, None)
+    await runtime.feed(_hello(channel))
+    assert election.leadership is not None
+    assert election.leadership.reason is LossReason.FENCE_REJECTED
+    assert runtime.core.role is Role.FOLLOWER
+    async with asyncio.timeout(2):
+        while runtime.leading or not channel.closed:
+            await asyncio.sleep(0.001)
+    items = _queued(channel)
+    assert not any(isinstance(i, agent_pb2.CoordinatorMessage) for i in items), items
+    assert not await runtime.feed(_hello(channel))
+    await _stop(task)
+
+
+async def test_etcd_outage_beyond_retries_is_persist_failed_and_resigns(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(runtime_module, "PERSIST_RETRY_INTERVAL_S", 0.001)
+    runtime, election, store, task = await _leading_runtime()
+    channel = runtime.open_channel()
+    store.fail_with = EtcdUnavailable("write", TimeoutError(), outcome_unknown=True)
+    await runtime.feed(_hello(channel))
+    assert runtime.core.role is Role.FOLLOWER
+    async with asyncio.timeout(2):
+        while election.resigned == 0 or runtime.leading:
+            await asyncio.sleep(0.001)
+    assert not any(isinstance(i, agent_pb2.CoordinatorMessage) for i in _queued(channel))
+    await _stop(task)

@@ -1,0 +1,179 @@
+"""One coordinator replica assembled: etcd client, election, store, cache, runtime, gRPC.
+
+Theory of operation: :class:`CoordinatorServer` wires the pieces and owns
+their lifetimes; it decides nothing. ``start`` connects to etcd, binds the gRPC
+port (AgentService + CoordinatorService), starts the read cache, the leader
+loop and, when asked, the metrics HTTP endpoint. ``stop`` resigns at once
+(another replica can lead right away), then stops the loop, the server, the
+cache and the client, in that order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+from dataclasses import dataclass
+
+import aetcd
+import grpc.aio
+
+from coordinator.api import CoordinatorApi, add_coordinator_service
+from coordinator.core import CoreSettings
+from coordinator.election import Election
+from coordinator.etcd_store import EtcdStore, ReadCache, election_prefix
+from coordinator.runtime import CoordinatorRuntime, Observer, RuntimeSettings
+from coordinator.session import add_agent_service
+
+__all__ = ["CoordinatorServer", "ServerSettings"]
+
+_log = logging.getLogger("lazarus.coordinator.server")
+
+ETCD_GRPC_OPTIONS = {
+    "grpc.enable_http_proxy": 0,
+    "grpc.initial_reconnect_backoff_ms": 100,
+    "grpc.min_reconnect_backoff_ms": 100,
+    "grpc.max_reconnect_backoff_ms": 500,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class ServerSettings:
+    """Process-level settings of one replica.
+
+    Attributes:
+        cluster: cluster name (etcd prefix ``/lazarus/<cluster>/``).
+        member_id: this replica's id.
+        listen: host:port the gRPC server binds (port 0: any free port).
+        advertise_address: host:port others dial ("": the bound listen address,
+            with a wildcard host replaced by this host's name).
+        etcd_endpoint: host:port of one etcd member.
+        lease_ttl_s: election lease TTL, whole seconds.
+        etcd_timeout_s: bound on each etcd request.
+        shutdown_grace_s: time open RPCs get to finish on stop.
+    """
+
+    cluster: str
+    member_id: str
+    listen: str = "127.0.0.1:0"
+    advertise_address: str = ""
+    etcd_endpoint: str = "127.0.0.1:2379"
+    lease_ttl_s: int = 3
+    etcd_timeout_s: float = 5.0
+    shutdown_grace_s: float = 0.5
+
+
+class CoordinatorServer:
+    """A running replica; see the module docstring.
+
+    Args:
+        settings: process settings.
+        core_settings: the core's settings.
+        observer: metrics observer (None: none).
+        seed: the core's random seed (None: random).
+    """
+
+    def __init__(
+        self,
+        settings: ServerSettings,
+        core_settings: CoreSettings,
+        *,
+        observer: Observer | None = None,
+        seed: int | None = None,
+    ) -> None:
+        self.settings = settings
+        self.core_settings = core_settings
+        self._observer = observer
+        self._seed = seed
+        self._client: aetcd.Client | None = None
+        self._server: grpc.aio.Server | None = None
+        self._api: CoordinatorApi | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self.runtime: CoordinatorRuntime | None = None
+        self.address = ""
+
+    async def start(self) -> None:
+        """Connect, bind, serve, campaign.
+
+        Raises:
+            aetcd.ClientError: etcd unreachable.
+            RuntimeError: the listen address cannot be bound.
+        """
+        s = self.settings
+        host, _, port = s.etcd_endpoint.rpartition(":")
+        client = aetcd.Client(
+            host=host, port=int(port), timeout=s.etcd_timeout_s, options=ETCD_GRPC_OPTIONS
+        )
+        await client.connect()
+        self._client = client
+        server = grpc.aio.server()
+        bound = server.add_insecure_port(s.listen)
+        if bound == 0:
+            raise RuntimeError(f"cannot bind {s.listen}")
+        listen_host = s.listen.rpartition(":")[0]
+        if listen_host in ("", "0.0.0.0", "[::]", "::"):  # a wildcard is not dialable
+            listen_host = socket.gethostname()
+        self.address = s.advertise_address or f"{listen_host}:{bound}"
+        store = EtcdStore(client, s.cluster, timeout_s=s.etcd_timeout_s)
+        cache = ReadCache(store)
+        runtime = CoordinatorRuntime(
+            self.core_settings,
+            RuntimeSettings(
+                cluster=s.cluster, member_id=s.member_id, advertise_address=self.address
+            ),
+            election=Election(client, election_prefix(s.cluster), ttl_s=s.lease_ttl_s),
+            store=store,
+            seed=self._seed,
+            observer=self._observer,
+        )
+        self.runtime = runtime
+        add_agent_service(server, runtime)
+        self._api = add_coordinator_service(server, runtime, cache)
+        await server.start()
+        self._server = server
+        self._tasks = [
+            asyncio.create_task(cache.run(), name="read-cache"),
+            asyncio.create_task(runtime.run(), name="leader-loop"),
+            asyncio.create_task(runtime.observe_leaders(), name="leader-observer"),
+        ]
+        _log.info(
+            "serving: member=%s address=%s cluster=%s etcd=%s",
+            s.member_id,
+            self.address,
+            s.cluster,
+            s.etcd_endpoint,
+        )
+
+    async def stop(self) -> None:
+        """Resign at once, then stop serving and close everything (idempotent)."""
+        runtime = self.runtime
+        for task in self._tasks:  # leader loop first: it must not campaign again
+            if task.get_name() == "leader-loop":
+                await _cancel(task)
+        if runtime is not None:
+            with contextlib.suppress(Exception):
+                async with asyncio.timeout(1.0):
+                    await runtime.resign()
+            with contextlib.suppress(Exception):
+                await runtime.election.close()
+        for task in self._tasks:
+            await _cancel(task)
+        self._tasks = []
+        if self._server is not None:
+            await self._server.stop(self.settings.shutdown_grace_s)
+            self._server = None
+        if self._api is not None:
+            await self._api.close()
+            self._api = None
+        if self._client is not None:
+            with contextlib.suppress(Exception):
+                await self._client.close()
+            self._client = None
+        _log.info("stopped: member=%s", self.settings.member_id)
+
+
+async def _cancel(task: asyncio.Task[None]) -> None:
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError, Exception):
+        await task

@@ -11,6 +11,8 @@ from typing import Annotated, Literal
 
 import typer
 
+from coordinator.core.settings import CoreSettings
+
 app = typer.Typer(
     name="lazarus",
     help="Lazarus: recovery layer for fleets of long-running agent tasks.",
@@ -78,5 +80,179 @@ def demo_checkpoint(
     from lazarus.demo import run_checkpoint_demo
 
     code = run_checkpoint_demo(data_dir, tasks, items, every, durability, kills, seed, work_ms)
+    if code:
+        raise typer.Exit(code)
+
+
+DetectorChoice = Literal["fixed", "phi"]
+_CORE = CoreSettings()
+"""Defaults of the coordinator's core options (DESIGN.md §10)."""
+LogFormatChoice = Literal["json", "text"]
+
+
+@app.command()
+def coordinator(
+    cluster: Annotated[
+        str, typer.Option(envvar="LAZARUS_CLUSTER", help="Cluster name (etcd /lazarus/<name>/).")
+    ] = "default",
+    member_id: Annotated[
+        str,
+        typer.Option(envvar="LAZARUS_MEMBER_ID", help="This replica's id (default: host-pid)."),
+    ] = "",
+    listen: Annotated[
+        str, typer.Option(envvar="LAZARUS_LISTEN", help="gRPC listen address host:port.")
+    ] = "127.0.0.1:7070",
+    advertise_address: Annotated[
+        str,
+        typer.Option(
+            envvar="LAZARUS_ADVERTISE_ADDRESS",
+            help="Address node agents and peers dial (default: the listen address).",
+        ),
+    ] = "",
+    etcd_endpoint: Annotated[
+        str, typer.Option(envvar="LAZARUS_ETCD_ENDPOINT", help="One etcd member, host:port.")
+    ] = "127.0.0.1:2379",
+    etcd_timeout_s: Annotated[
+        float,
+        typer.Option(envvar="LAZARUS_ETCD_TIMEOUT_S", min=0.1, help="Bound on each etcd call."),
+    ] = 5.0,
+    lease_ttl_s: Annotated[
+        int, typer.Option(envvar="LAZARUS_LEASE_TTL_S", min=1, help="Election lease TTL, seconds.")
+    ] = 3,
+    metrics_listen: Annotated[
+        str,
+        typer.Option(
+            envvar="LAZARUS_METRICS_LISTEN",
+            help="Prometheus /metrics address host:port; empty disables.",
+        ),
+    ] = "127.0.0.1:9464",
+    heartbeat_interval_s: Annotated[
+        float, typer.Option(envvar="LAZARUS_HEARTBEAT_INTERVAL_S", help="Agent heartbeat period.")
+    ] = _CORE.heartbeat_interval_s,
+    dead_after_s: Annotated[
+        float, typer.Option(envvar="LAZARUS_DEAD_AFTER_S", help="Silence until a node is DEAD.")
+    ] = _CORE.dead_after_s,
+    fence_after_s: Annotated[
+        float,
+        typer.Option(
+            envvar="LAZARUS_FENCE_AFTER_S", help="Agent self-fence after an unacked beat."
+        ),
+    ] = _CORE.fence_after_s,
+    tick_interval_s: Annotated[
+        float, typer.Option(envvar="LAZARUS_TICK_INTERVAL_S", help="Core tick cadence.")
+    ] = _CORE.tick_interval_s,
+    detector: Annotated[
+        DetectorChoice,
+        typer.Option(envvar="LAZARUS_DETECTOR", help="Suspicion: fixed timeout or phi accrual."),
+    ] = _CORE.detector.value,
+    suspect_after_intervals: Annotated[
+        float,
+        typer.Option(
+            envvar="LAZARUS_SUSPECT_AFTER_INTERVALS", help="Fixed timeout: heartbeats missed."
+        ),
+    ] = _CORE.suspect_after_intervals,
+    phi_threshold: Annotated[
+        float, typer.Option(envvar="LAZARUS_PHI_THRESHOLD", help="Phi accrual: suspect at phi.")
+    ] = _CORE.phi_threshold,
+    phi_window: Annotated[
+        int, typer.Option(envvar="LAZARUS_PHI_WINDOW", help="Phi accrual: samples kept.")
+    ] = _CORE.phi_window,
+    phi_min_std_deviation_s: Annotated[
+        float,
+        typer.Option(envvar="LAZARUS_PHI_MIN_STD_DEVIATION_S", help="Phi accrual: std floor."),
+    ] = _CORE.phi_min_std_deviation_s,
+    phi_acceptable_pause_s: Annotated[
+        float,
+        typer.Option(envvar="LAZARUS_PHI_ACCEPTABLE_PAUSE_S", help="Phi accrual: added pause."),
+    ] = _CORE.phi_acceptable_pause_s,
+    mass_failure_threshold_ratio: Annotated[
+        float,
+        typer.Option(
+            envvar="LAZARUS_MASS_FAILURE_THRESHOLD_RATIO",
+            help="Guard engages above this share of nodes dying together.",
+        ),
+    ] = _CORE.mass_failure_threshold_ratio,
+    mass_failure_min_nodes: Annotated[
+        int,
+        typer.Option(envvar="LAZARUS_MASS_FAILURE_MIN_NODES", help="Guard: smallest population."),
+    ] = _CORE.mass_failure_min_nodes,
+    mass_failure_window_s: Annotated[
+        float,
+        typer.Option(envvar="LAZARUS_MASS_FAILURE_WINDOW_S", help="Guard: 'together' window."),
+    ] = _CORE.mass_failure_window_s,
+    default_max_attempts: Annotated[
+        int,
+        typer.Option(envvar="LAZARUS_DEFAULT_MAX_ATTEMPTS", help="Attempts when a spec says 0."),
+    ] = _CORE.default_max_attempts,
+    release_timeout_s: Annotated[
+        float,
+        typer.Option(envvar="LAZARUS_RELEASE_TIMEOUT_S", help="Drain: time to release a task."),
+    ] = _CORE.release_timeout_s,
+    max_assignments_per_round: Annotated[
+        int,
+        typer.Option(
+            envvar="LAZARUS_MAX_ASSIGNMENTS_PER_ROUND", help="Placements per step at most."
+        ),
+    ] = _CORE.max_assignments_per_round,
+    seed: Annotated[
+        int | None, typer.Option(envvar="LAZARUS_SEED", help="Core random seed (default random).")
+    ] = None,
+    log_level: Annotated[
+        str, typer.Option(envvar="LAZARUS_LOG_LEVEL", help="DEBUG, INFO, WARNING, ERROR.")
+    ] = "INFO",
+    log_format: Annotated[
+        LogFormatChoice, typer.Option(envvar="LAZARUS_LOG_FORMAT", help="json lines or text.")
+    ] = "json",
+) -> None:
+    """Run one coordinator replica: campaign in etcd, serve node Sessions and the API.
+
+    Every replica serves CoordinatorService (followers read their etcd cache and
+    proxy writes to the leader); the elected leader also serves node agent
+    Sessions, detects dead nodes and moves their tasks. SIGTERM or SIGINT
+    resigns leadership at once and exits.
+
+    Example: lazarus coordinator --cluster prod --listen 0.0.0.0:7070
+    --advertise-address coord-0.lazarus:7070 --etcd-endpoint etcd:2379
+    """
+    import os
+    import socket
+
+    from coordinator.core import DetectorKind, UsageError
+    from coordinator.logs import configure_logging
+    from coordinator.main import run_coordinator
+    from coordinator.server import ServerSettings
+
+    configure_logging(log_level, log_format)
+    try:
+        core_settings = CoreSettings(
+            heartbeat_interval_s=heartbeat_interval_s,
+            dead_after_s=dead_after_s,
+            fence_after_s=fence_after_s,
+            tick_interval_s=tick_interval_s,
+            detector=DetectorKind(detector),
+            suspect_after_intervals=suspect_after_intervals,
+            phi_threshold=phi_threshold,
+            phi_window=phi_window,
+            phi_min_std_deviation_s=phi_min_std_deviation_s,
+            phi_acceptable_pause_s=phi_acceptable_pause_s,
+            mass_failure_threshold_ratio=mass_failure_threshold_ratio,
+            mass_failure_min_nodes=mass_failure_min_nodes,
+            mass_failure_window_s=mass_failure_window_s,
+            default_max_attempts=default_max_attempts,
+            release_timeout_s=release_timeout_s,
+            max_assignments_per_round=max_assignments_per_round,
+        )
+    except UsageError as exc:
+        raise typer.BadParameter(str(exc)) from exc
+    settings = ServerSettings(
+        cluster=cluster,
+        member_id=member_id or f"{socket.gethostname()}-{os.getpid()}",
+        listen=listen,
+        advertise_address=advertise_address,
+        etcd_endpoint=etcd_endpoint,
+        lease_ttl_s=lease_ttl_s,
+        etcd_timeout_s=etcd_timeout_s,
+    )
+    code = run_coordinator(settings, core_settings, metrics_listen=metrics_listen, seed=seed)
     if code:
         raise typer.Exit(code)

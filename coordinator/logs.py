@@ -1,0 +1,47 @@
+"""Structured logging for coordinator processes: one JSON object per line on stderr."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+
+__all__ = ["JsonFormatter", "configure_logging"]
+
+
+class JsonFormatter(logging.Formatter):
+    """Format a record as one JSON line: ts (Unix s), level, logger, msg, and exc."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        """Return the JSON line of ``record``."""
+        out: dict[str, object] = {
+            "ts": round(record.created, 3),
+            "level": record.levelname,
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        if record.exc_info:
+            out["exc"] = self.formatException(record.exc_info)
+        return json.dumps(out, ensure_ascii=False)
+
+
+def configure_logging(level: str = "INFO", fmt: str = "json") -> None:
+    """Send every log record at ``level`` or above to stderr, as JSON lines or text.
+
+    Raises:
+        ValueError: an unknown level name.
+    """
+    numeric = logging.getLevelName(level.upper())
+    if not isinstance(numeric, int):
+        raise ValueError(f"log level: unknown {level!r}")
+    handler = logging.StreamHandler(sys.stderr)
+    if fmt == "json":
+        handler.setFormatter(JsonFormatter())
+    else:
+        formatter = logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s")
+        formatter.converter = time.gmtime
+        handler.setFormatter(formatter)
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(numeric)

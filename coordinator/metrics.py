@@ -1,0 +1,141 @@
+"""Prometheus metrics of a coordinator replica, on an HTTP port of its own.
+
+Theory of operation: :class:`Metrics` is the runtime's ``Observer``: the
+runtime reports facts (leadership changes, heartbeats, emitted events, etcd
+write durations, steps) and this module turns them into ``lazarus_*`` series
+in base units (seconds, counts; counters end in ``_total``). Gauges that
+summarise the core (nodes and tasks by state) are refreshed from the core at
+most every :data:`REFRESH_INTERVAL_S` on the event loop, never from the
+scraping thread. Every replica exports; only the leader's node and task gauges
+are non-zero.
+
+Series:
+
+- ``lazarus_is_leader`` (1 / 0), ``lazarus_term`` (0 on followers),
+  ``lazarus_leader_changes_total`` (distinct leader keys this replica saw in
+  the election, the first one included);
+- ``lazarus_nodes{state}``, ``lazarus_tasks{state}``;
+- ``lazarus_heartbeats_received_total``,
+  ``lazarus_heartbeat_interarrival_seconds`` (histogram, per arrival after the
+  first of a node);
+- ``lazarus_failure_detection_seconds`` (histogram: last heartbeat -> DEAD,
+  from the core's NodeDead events);
+- ``lazarus_etcd_transaction_seconds{outcome}`` (histogram of fenced writes).
+"""
+
+from __future__ import annotations
+
+import time
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+from coordinator.core import CoordinatorCore, EmitEvent, NodeState, Role, TaskState
+from coordinator.core.notices import NodeDead
+
+__all__ = ["REFRESH_INTERVAL_S", "Metrics"]
+
+REFRESH_INTERVAL_S = 0.5
+"""Shortest interval between two refreshes of the by-state gauges."""
+
+_INTERARRIVAL_BUCKETS_S = (0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0)
+_DETECTION_BUCKETS_S = (0.5, 1.0, 2.0, 3.0, 3.5, 4.0, 5.0, 7.5, 10.0, 30.0)
+_ETCD_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0)
+
+
+class Metrics:
+    """The replica's metrics in a registry of their own.
+
+    Args:
+        registry: where to register (default: a new ``CollectorRegistry``).
+    """
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        r = self.registry
+        self.is_leader = Gauge("lazarus_is_leader", "1 while this replica leads.", registry=r)
+        self.term = Gauge("lazarus_term", "Term of the current leadership (0: none).", registry=r)
+        self.leader_changes = Counter(
+            "lazarus_leader_changes", "Leader changes this replica saw in the election.", registry=r
+        )
+        self.nodes = Gauge("lazarus_nodes", "Nodes by state (leader only).", ["state"], registry=r)
+        self.tasks = Gauge("lazarus_tasks", "Tasks by state (leader only).", ["state"], registry=r)
+        self.heartbeats = Counter(
+            "lazarus_heartbeats_received", "Heartbeats received on Sessions.", registry=r
+        )
+        self.interarrival = Histogram(
+            "lazarus_heartbeat_interarrival_seconds",
+            "Time between two heartbeats of one node.",
+            buckets=_INTERARRIVAL_BUCKETS_S,
+            registry=r,
+        )
+        self.detection = Histogram(
+            "lazarus_failure_detection_seconds",
+            "Last heartbeat of a node to its DEAD verdict.",
+            buckets=_DETECTION_BUCKETS_S,
+            registry=r,
+        )
+        self.etcd_txn = Histogram(
+            "lazarus_etcd_transaction_seconds",
+            "Duration of leader-fenced etcd writes.",
+            ["outcome"],
+            buckets=_ETCD_BUCKETS_S,
+            registry=r,
+        )
+        for state in NodeState:
+            self.nodes.labels(state.name).set(0)
+        for task_state in TaskState:
+            self.tasks.labels(task_state.name).set(0)
+        self._last_heartbeat_s: dict[str, float] = {}
+        self._refreshed_at = float("-inf")
+        self._leader_key = ""
+
+    def serve(self, host: str, port: int) -> None:
+        """Expose ``/metrics`` on ``host:port`` from a daemon thread."""
+        start_http_server(port, addr=host, registry=self.registry)
+
+    # ------------------------------------------------------------------ Observer
+
+    def leadership_changed(self, leading: bool, term: int) -> None:
+        """This replica started or stopped leading."""
+        self.is_leader.set(1 if leading else 0)
+        self.term.set(term if leading else 0)
+        self._last_heartbeat_s.clear()
+
+    def leader_observed(self, key: str, term: int) -> None:
+        """The election shows leader ``key``: count it when it differs from the last one."""
+        if key != self._leader_key:
+            self._leader_key = key
+            self.leader_changes.inc()
+
+    def heartbeat_received(self, node_id: str, now_s: float) -> None:
+        """A heartbeat of ``node_id`` arrived at ``now_s``."""
+        self.heartbeats.inc()
+        previous = self._last_heartbeat_s.get(node_id)
+        if previous is not None:
+            self.interarrival.observe(max(0.0, now_s - previous))
+        self._last_heartbeat_s[node_id] = now_s
+
+    def event_emitted(self, event: EmitEvent) -> None:
+        """The core emitted a cluster event."""
+        if isinstance(event.body, NodeDead):
+            self.detection.observe(event.body.detection_s)
+            self._last_heartbeat_s.pop(event.body.node_id, None)
+
+    def etcd_write(self, seconds: float, ok: bool) -> None:
+        """A fenced etcd write took ``seconds``."""
+        self.etcd_txn.labels("ok" if ok else "error").observe(seconds)
+
+    def state_changed(self, core: CoordinatorCore) -> None:
+        """Refresh the by-state gauges, at most every REFRESH_INTERVAL_S."""
+        now = time.monotonic()
+        leading = core.role is Role.LEADER
+        if leading and now - self._refreshed_at < REFRESH_INTERVAL_S:
+            return
+        self._refreshed_at = now
+        snapshot = core.snapshot() if leading else None
+        nodes = snapshot.nodes_by_state() if snapshot is not None else {}
+        tasks = snapshot.tasks_by_state() if snapshot is not None else {}
+        for state in NodeState:
+            self.nodes.labels(state.name).set(nodes.get(state, 0))
+        for task_state in TaskState:
+            self.tasks.labels(task_state.name).set(tasks.get(task_state, 0))

@@ -1,0 +1,57 @@
+"""Metrics observer: series names, base units, and what each fact changes."""
+
+from __future__ import annotations
+
+from random import Random
+
+from prometheus_client import generate_latest
+from typer.testing import CliRunner
+
+from coordinator.core import CoordinatorCore, EmitEvent, LeadershipAcquired
+from coordinator.core.notices import NodeDead
+from coordinator.metrics import Metrics
+from lazarus.cli import app
+
+
+def _value(metrics: Metrics, name: str, labels: dict[str, str] | None = None) -> float:
+    got = metrics.registry.get_sample_value(name, labels or {})
+    assert got is not None, name
+    return got
+
+
+def test_observer_facts_become_series() -> None:
+    metrics = Metrics()
+    metrics.leadership_changed(True, 42)
+    assert _value(metrics, "lazarus_is_leader") == 1
+    assert _value(metrics, "lazarus_term") == 42
+    metrics.leader_observed("/e/1", 42)
+    metrics.leader_observed("/e/1", 42)
+    assert _value(metrics, "lazarus_leader_changes_total") == 1
+    metrics.leader_observed("/e/2", 43)
+    assert _value(metrics, "lazarus_leader_changes_total") == 2
+    metrics.heartbeat_received("n", 10.0)
+    metrics.heartbeat_received("n", 10.5)
+    assert _value(metrics, "lazarus_heartbeats_received_total") == 2
+    assert _value(metrics, "lazarus_heartbeat_interarrival_seconds_count") == 1
+    assert _value(metrics, "lazarus_heartbeat_interarrival_seconds_sum") == 0.5
+    metrics.event_emitted(EmitEvent(1, 0.0, NodeDead("n", "i", 1.0, 3.1, 0)))
+    assert _value(metrics, "lazarus_failure_detection_seconds_sum") == 3.1
+    metrics.etcd_write(0.004, True)
+    assert _value(metrics, "lazarus_etcd_transaction_seconds_count", {"outcome": "ok"}) == 1
+    core = CoordinatorCore(rng=Random(1))
+    core.step(LeadershipAcquired(term=1, now_s=1.0))
+    metrics.state_changed(core)
+    assert _value(metrics, "lazarus_nodes", {"state": "ALIVE"}) == 0
+    assert _value(metrics, "lazarus_tasks", {"state": "PENDING"}) == 0
+    metrics.leadership_changed(False, 42)
+    assert _value(metrics, "lazarus_is_leader") == 0
+    text = generate_latest(metrics.registry).decode()
+    assert all(line.startswith(("#", "lazarus_")) for line in text.splitlines() if line), text
+
+
+def test_coordinator_help_lists_env_vars_and_example() -> None:
+    result = CliRunner().invoke(app, ["coordinator", "--help"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0
+    for needle in ("LAZARUS_DEAD_AFTER_S", "LAZARUS_LEASE_TTL_S", "LAZARUS_ETCD_ENDPOINT"):
+        assert needle in result.output
+    assert "Example: lazarus coordinator" in result.output

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import platform
 import shutil
@@ -37,10 +36,10 @@ from typing import Any
 
 from node_agent.checkpoint import Checkpoint, CheckpointStore
 
-BENCH_DIR = Path(__file__).resolve().parent
-RESULTS = BENCH_DIR / "results" / "checkpoint.json"
-README = BENCH_DIR / "README.md"
-START, END = "<!-- checkpoint-bench:start -->", "<!-- checkpoint-bench:end -->"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _report import RESULTS_DIR, today, write_json, write_section
+
+RESULTS = RESULTS_DIR / "checkpoint.json"
 
 PAYLOADS = {"1KiB": 1024, "256KiB": 256 * 1024}
 MODES = ["sync", "group", "none"]
@@ -286,17 +285,6 @@ def table(cells: list[Cell], rat: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def write_readme(section: str) -> None:
-    text = README.read_text() if README.exists() else "# Benchmarks\n"
-    block = f"{START}\n{section}\n{END}"
-    if START in text and END in text:
-        head, rest = text.split(START, 1)
-        text = head + block + rest.split(END, 1)[1]
-    else:
-        text = text.rstrip() + "\n\n" + block + "\n"
-    README.write_text(text)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--duration", type=float, default=2.0, help="seconds per run")
@@ -314,12 +302,6 @@ def main(argv: list[str] | None = None) -> int:
         "started_at_unix_s": round(started),
         "duration_s_per_run": duration,
         "rounds": rounds,
-        "machine": {
-            "cpus": os.cpu_count(),
-            "python": platform.python_version(),
-            "sqlite": sqlite3.sqlite_version,
-            "platform": platform.platform(),
-        },
         "equal_durability": {
             "sync": "lazarus: txn per save, synchronous=FULL; SqliteSaver: synchronous=FULL",
             "group": "lazarus: shared txn + one fsync per batch, callers return after it; "
@@ -329,19 +311,18 @@ def main(argv: list[str] | None = None) -> int:
         "cells": [asdict(c) for c in cells],
         "ratios": rat,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    write_json(args.out, result)
     print(f"\nwrote {args.out}")
     md = table(cells, rat)
     print(md)
     if not args.quick:
-        when = time.strftime("%Y-%m-%d", time.gmtime(started))
-        write_readme(
-            f"Measured {when} on {os.cpu_count()} cores, Python {platform.python_version()}, "
+        write_section(
+            "checkpoint",
+            f"Measured {today()} on {os.cpu_count()} cores, Python {platform.python_version()}, "
             f"SQLite {sqlite3.sqlite_version}; {rounds} rounds x {duration:g} s per cell, "
             "median saves/s, pooled latency percentiles.\n"
             "`.venv/bin/python bench/checkpoint_bench.py` (or `make bench`); raw figures in "
-            "`bench/results/checkpoint.json`.\n\n" + md
+            "`bench/results/checkpoint.json`.\n\n" + md,
         )
     return 0
 

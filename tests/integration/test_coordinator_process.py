@@ -98,21 +98,26 @@ async def _probe(address: str) -> str | None:
             request_serializer=agent_pb2.AgentMessage.SerializeToString,
             response_deserializer=agent_pb2.CoordinatorMessage.FromString,
         )()
+        # Read while writing: a follower answers NotLeader and ends the call
+        # without waiting for Hello, so a write-then-read probe would race it.
+        reader = asyncio.ensure_future(call.read())
         try:
             async with asyncio.timeout(1.0):
-                await call.write(
-                    agent_pb2.AgentMessage(
-                        hello=agent_pb2.Hello(
-                            node_id=f"probe-{uuid.uuid4().hex[:6]}",
-                            incarnation="i",
-                            capacity=records_pb2.NodeCapacity(slots=1),
+                with contextlib.suppress(grpc.aio.AioRpcError, asyncio.InvalidStateError):
+                    await call.write(
+                        agent_pb2.AgentMessage(
+                            hello=agent_pb2.Hello(
+                                node_id=f"probe-{uuid.uuid4().hex[:6]}",
+                                incarnation="i",
+                                capacity=records_pb2.NodeCapacity(slots=1),
+                            )
                         )
                     )
-                )
-                reply = await call.read()
+                reply = await reader
         except (grpc.aio.AioRpcError, TimeoutError, asyncio.InvalidStateError):
             return None
         finally:
+            reader.cancel()
             call.cancel()
         if reply is grpc.aio.EOF:
             return None

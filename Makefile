@@ -63,6 +63,8 @@ proto: venv  ## regenerate lazarus/v1 stubs from proto/
 
 bench: setup  ## run the benchmarks, write bench/results/*.json and bench/README.md
 	$(PY) bench/checkpoint_bench.py
+	$(PY) bench/failover_bench.py
+	$(PY) bench/heartbeat_bench.py
 
 lock: ## re-resolve dependencies from pyproject ranges into requirements/constraints.txt
 	rm -rf .lock-venv && $(PYTHON) -m venv .lock-venv

@@ -18,6 +18,9 @@ from dataclasses import dataclass
 
 import aetcd
 import grpc.aio
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_health.v1.health import aio as health_aio
+from grpc_reflection.v1alpha import reflection
 
 from coordinator.api import CoordinatorApi, add_coordinator_service
 from coordinator.core import CoreSettings
@@ -91,6 +94,7 @@ class CoordinatorServer:
         self._api: CoordinatorApi | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self.runtime: CoordinatorRuntime | None = None
+        self._health: health_aio.HealthServicer | None = None
         self.address = ""
 
     async def start(self) -> None:
@@ -130,6 +134,7 @@ class CoordinatorServer:
         self.runtime = runtime
         add_agent_service(server, runtime)
         self._api = add_coordinator_service(server, runtime, cache)
+        self._health = await add_health_and_reflection(server)
         await server.start()
         self._server = server
         self._tasks = [
@@ -148,6 +153,8 @@ class CoordinatorServer:
     async def stop(self) -> None:
         """Resign at once, then stop serving and close everything (idempotent)."""
         runtime = self.runtime
+        if self._health is not None:  # probes and load balancers stop sending first
+            await self._health.enter_graceful_shutdown()
         for task in self._tasks:  # leader loop first: it must not campaign again
             if task.get_name() == "leader-loop":
                 await _cancel(task)
@@ -171,6 +178,32 @@ class CoordinatorServer:
                 await self._client.close()
             self._client = None
         _log.info("stopped: member=%s", self.settings.member_id)
+
+
+SERVICE_NAMES = (
+    "lazarus.v1.CoordinatorService",
+    "lazarus.v1.AgentService",
+)
+"""Fully qualified names of the Lazarus services every replica serves."""
+
+
+async def add_health_and_reflection(server: grpc.aio.Server) -> health_aio.HealthServicer:
+    """Serve ``grpc.health.v1.Health`` and server reflection beside our services.
+
+    Health says SERVING for "" (the whole server, what Kubernetes' gRPC probe
+    asks) and for each name in ``SERVICE_NAMES`` on leader and followers alike:
+    a follower serves reads and proxies writes, and redirects node Sessions.
+    It turns NOT_SERVING on shutdown. Reflection (``grpc.reflection.v1alpha``)
+    lets generic clients (grpcurl, grpc_requests) discover the API.
+    """
+    servicer = health_aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(servicer, server)
+    for name in ("", *SERVICE_NAMES):
+        await servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    reflection.enable_server_reflection(
+        (*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME), server
+    )
+    return servicer
 
 
 async def _cancel(task: asyncio.Task[None]) -> None:

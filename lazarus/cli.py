@@ -256,3 +256,140 @@ def coordinator(
     code = run_coordinator(settings, core_settings, metrics_listen=metrics_listen, seed=seed)
     if code:
         raise typer.Exit(code)
+
+
+_AGENT_DEFAULTS = {
+    "redis_url": "redis://127.0.0.1:6379/0",
+    "app": "node_agent.demo_app:agent",
+}
+
+
+@app.command("node-agent")
+def node_agent_command(
+    node_id: Annotated[
+        str,
+        typer.Option(
+            envvar="LAZARUS_NODE_ID",
+            help="Stable node name (the pod name in Kubernetes; default: the host name).",
+        ),
+    ] = "",
+    coordinators: Annotated[
+        str,
+        typer.Option(
+            envvar="LAZARUS_COORDINATORS",
+            help="Coordinator addresses host:port, comma-separated; the leader is found.",
+        ),
+    ] = "127.0.0.1:7070",
+    data_dir: Annotated[
+        Path,
+        typer.Option(
+            envvar="LAZARUS_DATA_DIR", help="Local checkpoint store directory (keep it on restart)."
+        ),
+    ] = Path("./lazarus-data"),
+    redis_url: Annotated[
+        str, typer.Option(envvar="LAZARUS_REDIS_URL", help="Redis for replicated checkpoints.")
+    ] = _AGENT_DEFAULTS["redis_url"],
+    app_path: Annotated[
+        str,
+        typer.Option(
+            "--app",
+            envvar="LAZARUS_APP",
+            help="module:attribute of the Agent whose tasks run here.",
+        ),
+    ] = _AGENT_DEFAULTS["app"],
+    slots: Annotated[
+        int, typer.Option(envvar="LAZARUS_SLOTS", min=1, help="Task slots this node offers.")
+    ] = 8,
+    labels: Annotated[
+        str, typer.Option(envvar="LAZARUS_LABELS", help="Node labels key=value,key=value.")
+    ] = "",
+    advertise_kinds: Annotated[
+        bool,
+        typer.Option(
+            envvar="LAZARUS_ADVERTISE_KINDS",
+            help="Tell placement which kinds this app serves (off: unknown kinds fail loudly).",
+        ),
+    ] = False,
+    durability: Annotated[
+        Literal["local", "replicated"],
+        typer.Option(
+            envvar="LAZARUS_DURABILITY",
+            help="Default checkpoint durability: after local fsync, or after Redis acked too.",
+        ),
+    ] = "local",
+    max_payload_bytes: Annotated[
+        int,
+        typer.Option(
+            envvar="LAZARUS_MAX_PAYLOAD_BYTES",
+            help="Limit on a payload, checkpoint, event or result, bytes.",
+        ),
+    ] = 1 << 20,
+    replication_backlog: Annotated[
+        int,
+        typer.Option(
+            envvar="LAZARUS_REPLICATION_BACKLOG",
+            help="Records queued for Redis at most; writers wait beyond it.",
+        ),
+    ] = 10_000,
+    metrics_listen: Annotated[
+        str,
+        typer.Option(
+            envvar="LAZARUS_METRICS_LISTEN",
+            help="Prometheus /metrics address host:port; empty disables.",
+        ),
+    ] = "127.0.0.1:9465",
+    fence_lead_s: Annotated[
+        float,
+        typer.Option(
+            envvar="LAZARUS_FENCE_LEAD_S",
+            help="Start pausing tasks this long before the self-fence deadline.",
+        ),
+    ] = 0.5,
+    log_level: Annotated[
+        str, typer.Option(envvar="LAZARUS_LOG_LEVEL", help="DEBUG, INFO, WARNING, ERROR.")
+    ] = "INFO",
+    log_format: Annotated[
+        LogFormatChoice, typer.Option(envvar="LAZARUS_LOG_FORMAT", help="json lines or text.")
+    ] = "json",
+) -> None:
+    """Run one node agent: hold a Session with the leader, run tasks, checkpoint them.
+
+    The agent finds the leader among --coordinators (following NotLeader),
+    says Hello with every task its local store still holds, heartbeats, runs the
+    tasks the leader assigns with the handlers of --app, checkpoints to SQLite
+    in --data-dir and replicates to Redis. Without an ack for a heartbeat it
+    self-fences: every task is paused before the leader could give it to another
+    node. SIGTERM or SIGINT pauses the tasks, says Goodbye and exits.
+
+    Example: lazarus node-agent --node-id worker-0 --coordinators
+    coord-0:7070,coord-1:7070 --data-dir /var/lib/lazarus --redis-url redis://redis:6379/0
+    """
+    import socket
+
+    from node_agent.main import run_node_agent
+
+    from coordinator.logs import configure_logging
+    from node_agent.settings import AgentSettings, SettingsError, parse_addresses, parse_labels
+
+    configure_logging(log_level, log_format)
+    try:
+        settings = AgentSettings(
+            node_id=node_id or socket.gethostname(),
+            coordinators=parse_addresses(coordinators),
+            data_dir=data_dir,
+            redis_url=redis_url,
+            app=app_path,
+            slots=slots,
+            labels=parse_labels(labels),
+            advertise_kinds=advertise_kinds,
+            durability=durability,
+            max_payload_bytes=max_payload_bytes,
+            replication_backlog=replication_backlog,
+            metrics_listen=metrics_listen,
+            fence_lead_s=fence_lead_s,
+        )
+    except SettingsError as exc:
+        raise typer.BadParameter(str(exc)) from exc
+    code = run_node_agent(settings)
+    if code:
+        raise typer.Exit(code)

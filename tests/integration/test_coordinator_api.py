@@ -244,3 +244,32 @@ async def test_follower_reads_from_cache_and_proxies_writes(
     status = await stub.GetClusterStatus(coordinator_pb2.GetClusterStatusRequest())
     assert status.leader_address == leader.address
     assert status.serving_member_id == "c2"
+
+
+async def test_health_serving_on_leader_and_follower_and_reflection_lists_services(
+    replicas: Callable[[str], Awaitable[CoordinatorServer]],
+) -> None:
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+    from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+
+    leader = await _leading(await replicas("h1"))
+    follower = await replicas("h2")
+    for server in (leader, follower):
+        async with grpc.aio.insecure_channel(server.address) as channel:
+            health = health_pb2_grpc.HealthStub(channel)  # type: ignore[no-untyped-call]
+            for service in ("", "lazarus.v1.CoordinatorService", "lazarus.v1.AgentService"):
+                reply = await health.Check(
+                    health_pb2.HealthCheckRequest(service=service), timeout=WAIT_S
+                )
+                assert reply.status == health_pb2.HealthCheckResponse.SERVING, service
+            stub = reflection_pb2_grpc.ServerReflectionStub(channel)  # type: ignore[no-untyped-call]
+            request = reflection_pb2.ServerReflectionRequest(list_services="")
+            names = set()
+            async for response in stub.ServerReflectionInfo(iter([request]), timeout=WAIT_S):
+                names |= {s.name for s in response.list_services_response.service}
+            assert {"lazarus.v1.CoordinatorService", "grpc.health.v1.Health"} <= names
+    await follower.stop()
+    async with grpc.aio.insecure_channel(leader.address) as channel:
+        health = health_pb2_grpc.HealthStub(channel)  # type: ignore[no-untyped-call]
+        reply = await health.Check(health_pb2.HealthCheckRequest(), timeout=WAIT_S)
+        assert reply.status == health_pb2.HealthCheckResponse.SERVING

@@ -1,0 +1,319 @@
+"""The task SDK: what an agent developer writes.
+
+Quick use::
+
+    from node_agent.sdk import Agent, TaskContext
+
+    agent = Agent("summarizer")
+
+    @agent.task("summarize", durability="replicated")
+    async def summarize(ctx: TaskContext) -> dict:
+        state = ctx.restored.state if ctx.restored else {"done": 0}
+        for event in ctx.restored.events if ctx.restored else []:
+            state["done"] = event["done"]          # fold the journal after the checkpoint
+        for i in range(state["done"], len(ctx.payload["items"])):
+            ...                                    # the real work
+            await ctx.record({"done": i + 1})      # journal: durable before it returns
+            if (i + 1) % 100 == 0:
+                await ctx.checkpoint({"done": i + 1}, reason="every 100 items")
+            ctx.progress((i + 1) / len(ctx.payload["items"]))
+        return {"items": len(ctx.payload["items"])}
+
+Run it with ``lazarus node-agent --app mymodule:agent``.
+
+Theory of operation: a handler is called once per assignment (a task id at an
+epoch). It reads its input from ``ctx.payload`` and, after a crash or a move,
+the state to resume from in ``ctx.restored``: the newest checkpoint's state
+plus the journal events recorded after it, decoded, from the local store when
+it holds the newest checkpoint and from Redis otherwise. Checkpoint state,
+journal events, payloads and results are JSON values (``JsonCodec``).
+
+Every effect goes through the context and is fenced by the task's epoch: once
+the task is revoked, released or the agent self-fences (DESIGN.md §6), every
+``checkpoint`` / ``record`` call raises ``TaskCancelled`` and an ``async``
+handler is cancelled at its next ``await``; whatever it returns after that is
+dropped. A call that returned has committed locally (fsync) and, with
+``durability="replicated"``, has also been acknowledged by Redis; nothing
+acknowledged is lost by a crash, a pause or a move.
+
+A handler may be ``async def`` (runs on the agent's event loop: it must not
+block) or a plain ``def`` (runs in a thread pool and gets a ``SyncTaskContext``
+whose methods block instead of being awaited). An exception raised by the
+handler makes the task FAILED with the exception's text; the coordinator
+retries it while attempts remain (``TaskSpec.max_attempts``) unless it is a
+``TaskFailure(retryable=False)``.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, TypeVar
+
+__all__ = [
+    "Agent",
+    "DurabilityName",
+    "HandlerSpec",
+    "Restored",
+    "SyncTaskContext",
+    "TaskCancelled",
+    "TaskContext",
+    "TaskFailure",
+]
+
+DurabilityName = Literal["local", "replicated"]
+"""When ``checkpoint`` / ``record`` return: after the local fsync, or after Redis acked too."""
+
+_KIND = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}$")
+
+H = TypeVar("H", bound=Callable[..., Any])
+
+
+class TaskCancelled(Exception):
+    """The task was revoked, released, cancelled or fenced; stop working.
+
+    Raised by ``TaskContext.checkpoint`` / ``record`` / ``raise_if_cancelled``
+    once the agent no longer owns the task at this epoch. Handlers need not
+    catch it; the agent expects it.
+    """
+
+
+class TaskFailure(Exception):
+    """Raise from a handler to fail the task with a chosen message.
+
+    Args:
+        message: the readable error stored in the task record (``TaskError.message``).
+        retryable: False makes the task FAILED at once; True (the default) lets the
+            coordinator retry it while attempts remain.
+    """
+
+    def __init__(self, message: str, *, retryable: bool = True) -> None:
+        super().__init__(message)
+        self.retryable = retryable
+
+
+@dataclass(frozen=True, slots=True)
+class Restored:
+    """What an assignment resumes from.
+
+    Attributes:
+        state: the newest checkpoint's state (a JSON value), or None when the task
+            has journal events but no checkpoint yet.
+        checkpoint_seq: that checkpoint's per-task seq (0 = none).
+        covers_journal_seq: the newest journal seq folded into ``state`` (0 = none).
+        events: the journal events after ``covers_journal_seq``, in order, decoded.
+        journal_seq: the newest journal seq restored (``covers_journal_seq`` + len(events)).
+        source: "local" (this node's store) or "redis" (another node's replicated state).
+    """
+
+    state: Any
+    checkpoint_seq: int
+    covers_journal_seq: int
+    events: list[Any] = field(default_factory=list)
+    journal_seq: int = 0
+    source: Literal["local", "redis"] = "local"
+
+
+class _Host(Protocol):
+    """What the runtime provides behind a context (``node_agent.runner``)."""
+
+    async def checkpoint(self, state: Any, reason: str) -> int: ...
+
+    async def record(self, event: Any) -> int: ...
+
+    def progress(self, ratio: float, message: str) -> None: ...
+
+    @property
+    def cancelled(self) -> bool: ...
+
+    async def wait_cancelled(self) -> None: ...
+
+
+class TaskContext:
+    """One assignment's view of its task, handed to an ``async`` handler.
+
+    Attributes:
+        task_id: the task's id.
+        kind: the handler kind it was submitted with.
+        epoch: the fencing token of this assignment (grows on every assignment).
+        attempt: 1-based attempt number (grows when a previous owner died or failed).
+        payload: the submitted input: a JSON value when it was submitted as JSON,
+            else the raw bytes.
+        restored: what to resume from, or None on a fresh start.
+        node_id: the node running it.
+    """
+
+    def __init__(
+        self,
+        *,
+        task_id: str,
+        kind: str,
+        epoch: int,
+        attempt: int,
+        payload: Any,
+        restored: Restored | None,
+        node_id: str,
+        host: _Host,
+    ) -> None:
+        self.task_id = task_id
+        self.kind = kind
+        self.epoch = epoch
+        self.attempt = attempt
+        self.payload = payload
+        self.restored = restored
+        self.node_id = node_id
+        self._host = host
+
+    async def checkpoint(self, state: Any, *, reason: str = "") -> int:
+        """Save ``state`` (a JSON value) as the task's newest checkpoint.
+
+        It folds every journal event recorded so far: a resume starts from this
+        state and replays only the events recorded after this call.
+
+        Returns:
+            The checkpoint's per-task seq (1, 2, ...; continues across owners).
+
+        Raises:
+            TaskCancelled: the task is no longer owned here at this epoch.
+            TypeError: ``state`` is not JSON-serialisable.
+            ValueError: the encoded state is over the agent's payload limit.
+        """
+        return await self._host.checkpoint(state, reason)
+
+    async def record(self, event: Any) -> int:
+        """Append ``event`` (a JSON value) to the task's journal.
+
+        Returns:
+            The event's per-task journal seq.
+
+        Raises:
+            TaskCancelled, TypeError, ValueError: as ``checkpoint``.
+        """
+        return await self._host.record(event)
+
+    def progress(self, ratio: float, message: str = "") -> None:
+        """Report progress (0.0..1.0, clamped) shown by ``lazarus tasks``; never blocks."""
+        self._host.progress(ratio, message)
+
+    @property
+    def cancelled(self) -> bool:
+        """True once the task must stop (revoked, released, cancelled or fenced)."""
+        return self._host.cancelled
+
+    def raise_if_cancelled(self) -> None:
+        """Raise ``TaskCancelled`` when the task must stop; call it in long loops."""
+        if self._host.cancelled:
+            raise TaskCancelled(f"task {self.task_id!r} at epoch {self.epoch} must stop")
+
+    async def wait_cancelled(self) -> None:
+        """Return when the task must stop (for handlers that race work against it)."""
+        await self._host.wait_cancelled()
+
+
+class SyncTaskContext:
+    """The blocking twin of ``TaskContext``, handed to a plain ``def`` handler.
+
+    Same attributes; ``checkpoint`` and ``record`` block the handler's thread
+    until the write is as durable as the task asks, and raise the same errors.
+    """
+
+    def __init__(self, ctx: TaskContext, call: Callable[[Awaitable[Any]], Any]) -> None:
+        self._ctx = ctx
+        self._call = call
+        self.task_id = ctx.task_id
+        self.kind = ctx.kind
+        self.epoch = ctx.epoch
+        self.attempt = ctx.attempt
+        self.payload = ctx.payload
+        self.restored = ctx.restored
+        self.node_id = ctx.node_id
+
+    def checkpoint(self, state: Any, *, reason: str = "") -> int:
+        """As ``TaskContext.checkpoint``, blocking."""
+        self._ctx.raise_if_cancelled()
+        return int(self._call(self._ctx.checkpoint(state, reason=reason)))
+
+    def record(self, event: Any) -> int:
+        """As ``TaskContext.record``, blocking."""
+        self._ctx.raise_if_cancelled()
+        return int(self._call(self._ctx.record(event)))
+
+    def progress(self, ratio: float, message: str = "") -> None:
+        """As ``TaskContext.progress``."""
+        self._ctx.progress(ratio, message)
+
+    @property
+    def cancelled(self) -> bool:
+        """As ``TaskContext.cancelled``."""
+        return self._ctx.cancelled
+
+    def raise_if_cancelled(self) -> None:
+        """As ``TaskContext.raise_if_cancelled``."""
+        self._ctx.raise_if_cancelled()
+
+
+@dataclass(frozen=True, slots=True)
+class HandlerSpec:
+    """A registered handler.
+
+    Attributes:
+        kind: the task kind it serves.
+        fn: the handler (``async def fn(ctx: TaskContext)`` or ``def fn(ctx: SyncTaskContext)``).
+        is_async: whether ``fn`` is a coroutine function.
+        durability: default durability of its checkpoints; a task's
+            ``TaskSpec.durability`` overrides it.
+    """
+
+    kind: str
+    fn: Callable[..., Any]
+    is_async: bool
+    durability: DurabilityName
+
+
+class Agent:
+    """A set of task handlers, by kind; ``lazarus node-agent --app module:attr`` loads one.
+
+    Args:
+        name: a label for logs.
+    """
+
+    def __init__(self, name: str = "lazarus-agent") -> None:
+        self.name = name
+        self._handlers: dict[str, HandlerSpec] = {}
+
+    def task(self, kind: str, *, durability: DurabilityName = "local") -> Callable[[H], H]:
+        """Register the decorated function as the handler of ``kind``.
+
+        Args:
+            kind: 1..128 characters of ``[A-Za-z0-9._:/-]``, starting alphanumeric.
+            durability: "local" or "replicated" (see the module docstring).
+
+        Raises:
+            ValueError: a bad kind or durability, or a kind registered twice.
+        """
+        if not isinstance(kind, str) or not _KIND.match(kind):
+            raise ValueError(f"kind: must match {_KIND.pattern}, got {kind!r}")
+        if durability not in ("local", "replicated"):
+            raise ValueError(f"durability: must be 'local' or 'replicated', got {durability!r}")
+        if kind in self._handlers:
+            raise ValueError(f"kind: {kind!r} is already registered")
+
+        def register(fn: H) -> H:
+            if not callable(fn):
+                raise ValueError(f"handler of {kind!r} is not callable")
+            is_async = inspect.iscoroutinefunction(fn)
+            self._handlers[kind] = HandlerSpec(kind, fn, is_async, durability)
+            return fn
+
+        return register
+
+    def handler(self, kind: str) -> HandlerSpec | None:
+        """The handler of ``kind``, or None."""
+        return self._handlers.get(kind)
+
+    @property
+    def kinds(self) -> tuple[str, ...]:
+        """Registered kinds, sorted (sent in Hello so placement honours them)."""
+        return tuple(sorted(self._handlers))

@@ -289,6 +289,19 @@ def node_agent_command(
     redis_url: Annotated[
         str, typer.Option(envvar="LAZARUS_REDIS_URL", help="Redis for replicated checkpoints.")
     ] = _AGENT_DEFAULTS["redis_url"],
+    redis_password: Annotated[
+        str,
+        typer.Option(
+            envvar="LAZARUS_REDIS_PASSWORD",
+            help="Redis password (AUTH); prefer the variable, from a Secret.",
+        ),
+    ] = "",
+    redis_ca_file: Annotated[
+        str,
+        typer.Option(
+            envvar="LAZARUS_REDIS_CA_FILE", help="CA bundle for rediss:// (TLS) connections."
+        ),
+    ] = "",
     app_path: Annotated[
         str,
         typer.Option(
@@ -378,6 +391,8 @@ def node_agent_command(
             coordinators=parse_addresses(coordinators),
             data_dir=data_dir,
             redis_url=redis_url,
+            redis_password=redis_password,
+            redis_ca_file=redis_ca_file,
             app=app_path,
             slots=slots,
             labels=parse_labels(labels),

@@ -65,7 +65,10 @@ class AgentSettings:
         node_id: stable node name (the pod name in Kubernetes); [A-Za-z0-9._-], <= 253.
         coordinators: coordinator addresses host:port; the agent follows NotLeader.
         data_dir: directory of the local checkpoint store (one agent per directory).
-        redis_url: Redis for replicated checkpoints, ``redis://host:port/db``.
+        redis_url: Redis for replicated checkpoints, ``redis://host:port/db``
+            (``rediss://`` for TLS).
+        redis_password: Redis AUTH password ("" = none, or the one in the URL).
+        redis_ca_file: CA bundle that verifies a ``rediss://`` server ("" = system).
         app: ``module:attribute`` of the ``Agent`` whose handlers run here.
         slots: task slots this node offers (>= 1).
         labels: node labels for placement.
@@ -86,6 +89,8 @@ class AgentSettings:
     coordinators: tuple[str, ...]
     data_dir: Path
     redis_url: str = "redis://127.0.0.1:6379/0"
+    redis_password: str = field(default="", repr=False)
+    redis_ca_file: str = ""
     app: str = "node_agent.demo_app:agent"
     slots: int = 8
     labels: dict[str, str] = field(default_factory=dict)

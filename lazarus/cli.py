@@ -379,9 +379,8 @@ def node_agent_command(
     """
     import socket
 
-    from node_agent.main import run_node_agent
-
     from coordinator.logs import configure_logging
+    from node_agent.main import run_node_agent
     from node_agent.settings import AgentSettings, SettingsError, parse_addresses, parse_labels
 
     configure_logging(log_level, log_format)

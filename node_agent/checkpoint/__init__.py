@@ -29,6 +29,9 @@ from node_agent.checkpoint.errors import (
     UnknownCheckpoint,
 )
 from node_agent.checkpoint.model import (
+    AdoptedCheckpoint,
+    AdoptedEvent,
+    AdoptOutcome,
     Checkpoint,
     CheckpointInfo,
     Compression,
@@ -52,6 +55,9 @@ from node_agent.checkpoint.store import (
 
 __all__ = [
     "DB_FILENAME",
+    "AdoptOutcome",
+    "AdoptedCheckpoint",
+    "AdoptedEvent",
     "AsyncCheckpointStore",
     "Checkpoint",
     "CheckpointInfo",

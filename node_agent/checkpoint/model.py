@@ -224,6 +224,58 @@ class TaskHead:
     last_journal_seq: int
 
 
+@dataclass(frozen=True, slots=True)
+class AdoptedCheckpoint:
+    """A checkpoint of another replica's lineage, for ``CheckpointStore.adopt``.
+
+    Attributes:
+        seq: its per-task seq (kept as is).
+        epoch: the epoch that wrote it.
+        covers_journal_seq: newest journal seq folded into it.
+        payload: the state bytes (decoded, not compressed).
+        terminal, label: as saved by its writer.
+    """
+
+    seq: int
+    epoch: int
+    covers_journal_seq: int
+    payload: bytes
+    terminal: bool = False
+    label: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class AdoptedEvent:
+    """A journal event of another replica's lineage (seq, writer epoch, payload bytes)."""
+
+    seq: int
+    epoch: int
+    payload: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class AdoptOutcome:
+    """What ``adopt`` did.
+
+    Attributes:
+        task_id: the task.
+        epoch: its epoch now.
+        last_checkpoint_seq: newest checkpoint seq now (the next save gets +1).
+        last_journal_seq: newest journal seq now (the next append gets +1).
+        lineage_task_id: where replaced divergent local rows were kept ("" = none).
+        divergent_checkpoints: checkpoints moved there.
+        divergent_events: journal events moved there.
+    """
+
+    task_id: str
+    epoch: int
+    last_checkpoint_seq: int
+    last_journal_seq: int
+    lineage_task_id: str = ""
+    divergent_checkpoints: int = 0
+    divergent_events: int = 0
+
+
 def validate_task_id(task_id: object, field_name: str = "task_id") -> str:
     """Return ``task_id`` if it is a usable task id.
 

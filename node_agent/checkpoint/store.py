@@ -80,6 +80,9 @@ from node_agent.checkpoint.errors import (
 )
 from node_agent.checkpoint.model import (
     DEFAULT_MAX_PAYLOAD_BYTES,
+    AdoptedCheckpoint,
+    AdoptedEvent,
+    AdoptOutcome,
     Checkpoint,
     CheckpointInfo,
     Compression,
@@ -141,6 +144,10 @@ CREATE TABLE IF NOT EXISTS checkpoints (
 );
 CREATE INDEX IF NOT EXISTS checkpoints_by_cover
     ON checkpoints (task_id, covers_journal_seq, seq);
+CREATE TABLE IF NOT EXISTS task_meta (
+    task_id TEXT PRIMARY KEY,
+    meta    BLOB NOT NULL
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS journal (
     task_id       TEXT NOT NULL,
     seq           INTEGER NOT NULL,
@@ -209,13 +216,16 @@ class _Heads:
     always equals the ``tasks`` table.
     """
 
-    __slots__ = ("_committed", "_overlay")
+    __slots__ = ("_committed", "_dropped", "_overlay")
 
     def __init__(self) -> None:
         self._committed: dict[str, _Head] = {}
         self._overlay: dict[str, _Head] = {}
+        self._dropped: set[str] = set()
 
     def get(self, conn: sqlite3.Connection, task_id: str) -> _Head | None:
+        if task_id in self._dropped:
+            return None
         head = self._overlay.get(task_id) or self._committed.get(task_id)
         if head is None:
             row = conn.execute(
@@ -227,17 +237,27 @@ class _Heads:
         return head
 
     def set(self, task_id: str, head: _Head) -> None:
+        self._dropped.discard(task_id)
         self._overlay[task_id] = head
+
+    def drop(self, task_id: str) -> None:
+        """The task's rows were deleted in this batch."""
+        self._overlay.pop(task_id, None)
+        self._dropped.add(task_id)
 
     def dirty(self) -> builtins.list[tuple[str, _Head]]:
         return sorted(self._overlay.items())
 
     def commit(self) -> None:
+        for task_id in self._dropped:
+            self._committed.pop(task_id, None)
         self._committed.update(self._overlay)
         self._overlay.clear()
+        self._dropped.clear()
 
     def rollback(self) -> None:
         self._overlay.clear()
+        self._dropped.clear()
 
 
 _OpFn = Callable[[sqlite3.Connection, _Heads], T]
@@ -723,6 +743,205 @@ class CheckpointStore:
 
         return op
 
+    def _put_meta_op(self, task_id: str, meta: bytes) -> _OpFn[None]:
+        validate_task_id(task_id)
+        blob = validate_payload(meta, self.max_payload_bytes, "meta")
+
+        def op(conn: sqlite3.Connection, heads: _Heads) -> None:
+            conn.execute(
+                "INSERT INTO task_meta (task_id, meta) VALUES (?, ?) "
+                "ON CONFLICT (task_id) DO UPDATE SET meta = excluded.meta",
+                (task_id, blob),
+            )
+
+        return op
+
+    def _forget_op(self, task_id: str) -> _OpFn[None]:
+        validate_task_id(task_id)
+
+        def op(conn: sqlite3.Connection, heads: _Heads) -> None:
+            for table in ("checkpoints", "journal", "task_meta", "tasks"):
+                conn.execute(f"DELETE FROM {table} WHERE task_id = ?", (task_id,))
+            heads.drop(task_id)
+
+        return op
+
+    def _adopt_op(
+        self,
+        task_id: str,
+        epoch: int,
+        checkpoint: AdoptedCheckpoint | None,
+        events: Sequence[AdoptedEvent],
+    ) -> _OpFn[AdoptOutcome]:
+        validate_task_id(task_id)
+        validate_seq(epoch, "epoch")
+        if checkpoint is not None:
+            validate_seq(checkpoint.seq, "checkpoint.seq")
+            validate_seq(checkpoint.covers_journal_seq, "checkpoint.covers_journal_seq")
+            if checkpoint.seq < 1:
+                raise InvalidArgument("checkpoint.seq", "must be >= 1")
+            if checkpoint.epoch > epoch:
+                raise InvalidArgument("checkpoint.epoch", f"{checkpoint.epoch} > epoch {epoch}")
+            validate_payload(checkpoint.payload, self.max_payload_bytes, "checkpoint.payload")
+        covers = checkpoint.covers_journal_seq if checkpoint is not None else 0
+        previous = covers
+        for i, ev in enumerate(events):
+            if ev.seq != previous + 1:
+                raise InvalidArgument(
+                    f"events[{i}].seq", f"must be {previous + 1} (contiguous after covers)"
+                )
+            if ev.epoch > epoch:
+                raise InvalidArgument(f"events[{i}].epoch", f"{ev.epoch} > epoch {epoch}")
+            validate_payload(ev.payload, self.max_payload_bytes, f"events[{i}].payload")
+            previous = ev.seq
+        remote_seq = checkpoint.seq if checkpoint is not None else 0
+
+        def op(conn: sqlite3.Connection, heads: _Heads) -> AdoptOutcome:
+            local_epoch, _, _ = heads.get(conn, task_id) or (epoch, 0, 0)
+            if epoch < local_epoch:
+                raise StaleEpoch(task_id, epoch, local_epoch)
+            remote_ck = {}
+            if checkpoint is not None:
+                remote_ck[checkpoint.seq] = (checkpoint.epoch, checkpoint.payload)
+            remote_ev = {ev.seq: (ev.epoch, ev.payload) for ev in events}
+            ck_rows = conn.execute(
+                f"SELECT {_CKPT_COLUMNS} FROM checkpoints WHERE task_id = ? AND seq >= ? "
+                "ORDER BY seq",
+                (task_id, max(remote_seq, 1) if checkpoint is not None else 1),
+            ).fetchall()
+            ev_rows = conn.execute(
+                "SELECT task_id, seq, epoch, created_at_ms, payload, checksum FROM journal "
+                "WHERE task_id = ? AND seq > ? ORDER BY seq",
+                (task_id, covers),
+            ).fetchall()
+            divergent_ck: list[StoredCheckpoint] = []
+            same_ck: set[int] = set()
+            for row in ck_rows:
+                try:
+                    stored = self._decode_checkpoint(row)
+                except CorruptedCheckpoint as err:
+                    self._note_corrupt("checkpoint", err)
+                    continue
+                if remote_ck.get(stored.seq) == (stored.epoch, stored.payload):
+                    same_ck.add(stored.seq)
+                else:
+                    divergent_ck.append(stored)
+            divergent_ev: list[JournalEvent] = []
+            same_ev: set[int] = set()
+            for row in ev_rows:
+                try:
+                    event = self._decode_event(row)
+                except CorruptedJournalEvent as err:
+                    self._note_corrupt("journal", err)
+                    continue
+                if remote_ev.get(event.seq) == (event.epoch, event.payload):
+                    same_ev.add(event.seq)
+                else:
+                    divergent_ev.append(event)
+            lineage = ""
+            if divergent_ck or divergent_ev:
+                top = max([c.epoch for c in divergent_ck] + [e.epoch for e in divergent_ev])
+                lineage = f"{task_id}~lineage-e{top}"
+                n = 1
+                while heads.get(conn, lineage) is not None:
+                    n += 1
+                    lineage = f"{task_id}~lineage-e{top}-{n}"
+                for stored in divergent_ck:
+                    info = stored.info
+                    self._insert_checkpoint(
+                        conn,
+                        Checkpoint(
+                            lineage,
+                            info.epoch,
+                            stored.payload,
+                            info.covers_journal_seq,
+                            info.terminal,
+                            info.label,
+                        ),
+                        info.seq,
+                        parent_ref=info.ref,
+                    )
+                for event in divergent_ev:
+                    created = self._clock_ms()
+                    conn.execute(
+                        "INSERT INTO journal (task_id, seq, epoch, created_at_ms, payload, "
+                        "checksum) VALUES (?, ?, ?, ?, ?, ?)",
+                        (
+                            lineage,
+                            event.seq,
+                            event.epoch,
+                            created,
+                            event.payload,
+                            _journal_checksum(
+                                lineage, event.seq, event.epoch, created, event.payload
+                            ),
+                        ),
+                    )
+                heads.set(
+                    lineage,
+                    (
+                        top,
+                        max((e.seq for e in divergent_ev), default=0),
+                        max((c.seq for c in divergent_ck), default=0),
+                    ),
+                )
+                conn.executemany(
+                    "DELETE FROM checkpoints WHERE task_id = ? AND seq = ?",
+                    [(task_id, c.seq) for c in divergent_ck],
+                )
+                conn.executemany(
+                    "DELETE FROM journal WHERE task_id = ? AND seq = ?",
+                    [(task_id, e.seq) for e in divergent_ev],
+                )
+            if checkpoint is not None and checkpoint.seq not in same_ck:
+                self._insert_checkpoint(
+                    conn,
+                    Checkpoint(
+                        task_id,
+                        checkpoint.epoch,
+                        checkpoint.payload,
+                        checkpoint.covers_journal_seq,
+                        checkpoint.terminal,
+                        checkpoint.label,
+                    ),
+                    checkpoint.seq,
+                    parent_ref="",
+                )
+            for ev in events:
+                if ev.seq in same_ev:
+                    continue
+                created = self._clock_ms()
+                conn.execute(
+                    "INSERT INTO journal (task_id, seq, epoch, created_at_ms, payload, checksum) "
+                    "VALUES (?, ?, ?, ?, ?, ?)",
+                    (
+                        task_id,
+                        ev.seq,
+                        ev.epoch,
+                        created,
+                        ev.payload,
+                        _journal_checksum(task_id, ev.seq, ev.epoch, created, ev.payload),
+                    ),
+                )
+            last_ck = conn.execute(
+                "SELECT COALESCE(MAX(seq), 0) FROM checkpoints WHERE task_id = ?", (task_id,)
+            ).fetchone()[0]
+            last_j = conn.execute(
+                "SELECT COALESCE(MAX(seq), 0) FROM journal WHERE task_id = ?", (task_id,)
+            ).fetchone()[0]
+            heads.set(task_id, (epoch, max(int(last_j), previous), int(last_ck)))
+            return AdoptOutcome(
+                task_id,
+                epoch,
+                int(last_ck),
+                max(int(last_j), previous),
+                lineage,
+                len(divergent_ck),
+                len(divergent_ev),
+            )
+
+        return op
+
     # ------------------------------------------------------------- decoding
 
     def _note_corrupt(self, kind: str, err: CorruptedRecord) -> None:
@@ -928,6 +1147,64 @@ class CheckpointStore:
         """
         return self._call(self._fork_op(from_ref, edits, new_task_id))
 
+    def put_meta(self, task_id: str, meta: bytes) -> None:
+        """Store a small opaque blob about the task (the node agent keeps its view there).
+
+        Written through the same writer and durability as checkpoints. ``forget``
+        deletes it with the rest of the task.
+
+        Raises:
+            InvalidArgument: malformed task id, or meta not bytes / too large.
+        """
+        self._call(self._put_meta_op(task_id, meta))
+
+    def metas(self) -> dict[str, bytes]:
+        """Every task's meta blob, by task id."""
+        with self._read_txn() as conn:
+            rows = conn.execute("SELECT task_id, meta FROM task_meta ORDER BY task_id").fetchall()
+        return {str(r[0]): bytes(r[1]) for r in rows}
+
+    def forget(self, task_id: str) -> None:
+        """Delete every record of the task: checkpoints, journal, head and meta.
+
+        For a task whose outcome the coordinator acknowledged; idempotent.
+
+        Raises:
+            InvalidArgument: malformed task id.
+        """
+        self._call(self._forget_op(task_id))
+
+    def adopt(
+        self,
+        task_id: str,
+        *,
+        epoch: int,
+        checkpoint: AdoptedCheckpoint | None,
+        events: Sequence[AdoptedEvent] = (),
+    ) -> AdoptOutcome:
+        """Take another replica's newer lineage of a task (read from Redis) as ours.
+
+        After a move the new owner continues the task's numbering: the adopted
+        checkpoint keeps its seq, the events their seqs, so the next ``save``
+        and ``append`` follow them and every replica agrees on what seq N is.
+        Local rows the adopted lineage replaces (checkpoints with seq >= the
+        adopted one, events after its covers_journal_seq) that differ from it
+        are not lost: they are copied, re-checksummed, to a lineage task
+        ``<task_id>~lineage-e<epoch>`` (``parent_ref`` names each original) and
+        the outcome reports them — the fork of DESIGN.md §7.
+
+        Args:
+            task_id: the task.
+            epoch: the adopting owner's epoch (>= the stored epoch).
+            checkpoint: the newest checkpoint of the lineage, or None.
+            events: the journal events after its covers_journal_seq, contiguous.
+
+        Raises:
+            InvalidArgument: malformed arguments (the field is named).
+            StaleEpoch: ``epoch`` is older than the task's stored epoch.
+        """
+        return self._call(self._adopt_op(task_id, epoch, checkpoint, events))
+
     def replay(self, task_id: str, after_seq: int = 0) -> EventList:
         """Return the task's journal events with seq > ``after_seq``, in order.
 
@@ -1097,6 +1374,29 @@ class AsyncCheckpointStore:
     ) -> str:
         """See ``CheckpointStore.fork``."""
         return await self._store._acall(self._store._fork_op(from_ref, edits, new_task_id))
+
+    async def put_meta(self, task_id: str, meta: bytes) -> None:
+        """See ``CheckpointStore.put_meta``."""
+        await self._store._acall(self._store._put_meta_op(task_id, meta))
+
+    async def metas(self) -> dict[str, bytes]:
+        """See ``CheckpointStore.metas``."""
+        return await self._read(self._store.metas)
+
+    async def forget(self, task_id: str) -> None:
+        """See ``CheckpointStore.forget``."""
+        await self._store._acall(self._store._forget_op(task_id))
+
+    async def adopt(
+        self,
+        task_id: str,
+        *,
+        epoch: int,
+        checkpoint: AdoptedCheckpoint | None,
+        events: Sequence[AdoptedEvent] = (),
+    ) -> AdoptOutcome:
+        """See ``CheckpointStore.adopt``."""
+        return await self._store._acall(self._store._adopt_op(task_id, epoch, checkpoint, events))
 
     async def load(self, ref: str) -> StoredCheckpoint:
         """See ``CheckpointStore.load``."""

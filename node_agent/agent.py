@@ -1,0 +1,500 @@
+"""NodeAgent: the node agent's shell — Session stream, clocks, store, Redis, runner.
+
+Theory of operation: every decision is ``node_agent.core.AgentCore``'s. This
+module feeds it (messages from the leader, the passage of time, what the
+runner reports) under one lock and carries its commands out in order:
+``Send`` goes to the Session's outbound queue, ``PersistMeta`` /
+``ForgetTask`` are awaited on the store before the next command runs,
+``StartTask`` / ``StopTask`` go to the runner, ``CloseSession`` cancels the
+stream, ``Notice`` becomes a log line and a metric.
+
+**Finding the leader.** The agent dials the coordinator addresses in turn. A
+follower answers NotLeader with the leader's address, which is dialled next
+at once; any other failure backs off with full jitter (tenacity's
+``wait_random_exponential``, capped by ``reconnect_max_backoff_s``).
+
+**Shutdown** (SIGTERM): every task is paused with its records flushed to
+Redis, then the agent says Goodbye, so the leader moves the tasks at once and
+their new owners redo nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib
+import logging
+import time
+import uuid
+from typing import Any
+
+import grpc
+import grpc.aio
+import redis.asyncio as aioredis
+from tenacity import wait_random_exponential
+
+from lazarus import __version__
+from lazarus.v1 import agent_pb2, agent_pb2_grpc, records_pb2
+from node_agent.checkpoint import CheckpointStore
+from node_agent.core import (
+    AgentCore,
+    CloseSession,
+    Command,
+    ForgetTask,
+    Notice,
+    PersistMeta,
+    Send,
+    StartTask,
+    StopTask,
+)
+from node_agent.metrics import AgentMetrics
+from node_agent.replication import RedisCheckpointReplica, ReplicationObserver, Replicator
+from node_agent.runner import TaskRunner
+from node_agent.sdk import Agent
+from node_agent.settings import AgentSettings
+
+__all__ = ["NodeAgent", "load_app"]
+
+_log = logging.getLogger("lazarus.agent")
+
+TICK_S = 0.05
+"""Cadence of the core's clock input, seconds (heartbeats and the fence are checked)."""
+
+
+def load_app(path: str) -> Agent:
+    """Import ``module:attribute`` and return the ``Agent`` it names.
+
+    Raises:
+        ValueError: malformed path, import failure, or not an ``Agent`` (names ``--app``).
+    """
+    module_name, sep, attr = path.partition(":")
+    if not sep or not module_name or not attr:
+        raise ValueError(f"--app: {path!r} is not module:attribute")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ValueError(f"--app: cannot import {module_name!r}: {exc}") from exc
+    app = getattr(module, attr, None)
+    if not isinstance(app, Agent):
+        raise ValueError(f"--app: {path!r} is {type(app).__name__}, not a node_agent.sdk.Agent")
+    return app
+
+
+class _ReplicationMetrics(ReplicationObserver):
+    def __init__(self, metrics: AgentMetrics) -> None:
+        self._m = metrics
+
+    def outage_started(self) -> None:
+        _log.warning("Redis unreachable: replication is queueing and retrying")
+
+    def outage_ended(self, duration_s: float) -> None:
+        _log.info("Redis reachable again: replication caught up after %.1f s", duration_s)
+
+    def item_failed(self, error: BaseException) -> None:
+        self._m.replication_errors.inc()
+
+
+class NodeAgent:
+    """One node agent; ``await start()``, then ``await stop()``.
+
+    Args:
+        settings: the agent's settings.
+        app: the handlers (default: loaded from ``settings.app``).
+        metrics: where to count (default: a fresh registry).
+        incarnation: this process's incarnation (default: a random one).
+    """
+
+    def __init__(
+        self,
+        settings: AgentSettings,
+        app: Agent | None = None,
+        *,
+        metrics: AgentMetrics | None = None,
+        incarnation: str | None = None,
+    ) -> None:
+        self.settings = settings
+        self.app = app if app is not None else load_app(settings.app)
+        self.metrics = metrics or AgentMetrics()
+        self.incarnation = incarnation or uuid.uuid4().hex[:16]
+        hello = agent_pb2.Hello(
+            address=settings.node_id,
+            agent_version=__version__,
+            started_at_unix_ms=time.time_ns() // 1_000_000,
+        )
+        hello.capacity.slots = settings.slots
+        hello.labels.update(settings.labels)
+        if settings.advertise_kinds:
+            hello.kinds.extend(self.app.kinds)
+        self.core = AgentCore(
+            settings.node_id,
+            self.incarnation,
+            fence_lead_s=settings.fence_lead_s,
+            hello=hello,
+        )
+        self._lock = asyncio.Lock()
+        self._store: CheckpointStore | None = None
+        self._redis: aioredis.Redis | None = None
+        self._replicator: Replicator | None = None
+        self._runner: TaskRunner | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._outbound: asyncio.Queue[agent_pb2.AgentMessage] | None = None
+        self._call: Any = None
+        self._redirect = ""
+        self._stopping = False
+        self._sessions = 0
+        self._mono0 = time.monotonic()
+        self.fence_log: list[dict[str, Any]] = []
+        """Fence events with wall times (for tests and the drill report)."""
+
+    # --------------------------------------------------------------- lifecycle
+
+    async def start(self) -> None:
+        """Open the store, connect Redis, restore held tasks, start the Session loop.
+
+        Raises:
+            StoreLocked: another agent holds the data directory.
+        """
+        s = self.settings
+        self._store = CheckpointStore(
+            s.data_dir, durability="group", max_payload_bytes=max(s.max_payload_bytes, 1 << 16)
+        )
+        kwargs: dict[str, Any] = {
+            "socket_timeout": 2.0,
+            "socket_connect_timeout": 2.0,
+            "retry_on_timeout": False,
+        }
+        if s.redis_password:
+            kwargs["password"] = s.redis_password
+        if s.redis_ca_file:
+            kwargs["ssl_ca_certs"] = s.redis_ca_file
+        self._redis = aioredis.from_url(s.redis_url, **kwargs)
+        replica = RedisCheckpointReplica(self._redis)
+        self._replicator = Replicator(
+            replica,
+            max_backlog=s.replication_backlog,
+            observer=_ReplicationMetrics(self.metrics),
+        )
+        await self._replicator.start()
+        self._runner = TaskRunner(
+            app=self.app,
+            store=self._store,
+            replica=replica,
+            replicator=self._replicator,
+            reporter=self,
+            node_id=s.node_id,
+            incarnation=self.incarnation,
+            default_durability=s.durability,
+            max_payload_bytes=s.max_payload_bytes,
+            metrics=self.metrics,
+        )
+        metas = await self._store.aio.metas()
+        async with self._lock:
+            await self._execute(self.core.restore(metas))
+        held = sum(1 for t in metas)
+        _log.info(
+            "node agent %s (incarnation %s) starting: %d task(s) held in %s, app %s (%s)",
+            s.node_id,
+            self.incarnation,
+            held,
+            s.data_dir,
+            s.app,
+            ", ".join(self.app.kinds),
+        )
+        self._tasks = [
+            asyncio.create_task(self._session_loop(), name="agent-session"),
+            asyncio.create_task(self._tick_loop(), name="agent-tick"),
+        ]
+
+    async def stop(self, *, goodbye: bool = True, timeout_s: float = 10.0) -> None:
+        """Pause every task (flushing it to Redis), say Goodbye, close everything."""
+        if self._stopping:
+            return
+        self._stopping = True
+        runner = self._runner
+        if runner is not None:
+            async with self._lock:
+                commands = self.core.shutdown()
+            stops = [
+                runner.stop(c.task_id, c.epoch, flush=True)
+                for c in commands
+                if isinstance(c, StopTask)
+            ]
+            if stops:
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(timeout_s):
+                        await asyncio.gather(*stops, return_exceptions=True)
+        if goodbye and self._call is not None and self.core.session_open:
+            with contextlib.suppress(Exception):
+                async with asyncio.timeout(1.0):
+                    await self._call.write(
+                        agent_pb2.AgentMessage(
+                            goodbye=agent_pb2.Goodbye(reason="shutdown", released_all=True)
+                        )
+                    )
+                    await asyncio.sleep(0.1)
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._tasks = []
+        if runner is not None:
+            await runner.close()
+        if self._replicator is not None:
+            await self._replicator.close(drain_timeout_s=2.0)
+        if self._redis is not None:
+            with contextlib.suppress(Exception):
+                await self._redis.aclose()
+        if self._store is not None:
+            await self._store.aio.close()
+        _log.info("node agent %s stopped", self.settings.node_id)
+
+    @property
+    def stopping(self) -> bool:
+        """True once ``stop`` began."""
+        return self._stopping
+
+    @property
+    def redirect_pending(self) -> bool:
+        """True when NotLeader named the address to dial next."""
+        return bool(self._redirect)
+
+    # ----------------------------------------------------------------- clocks
+
+    def _now(self) -> float:
+        return time.monotonic()
+
+    @staticmethod
+    def _wall_ms() -> int:
+        return time.time_ns() // 1_000_000
+
+    async def _tick_loop(self) -> None:
+        while True:
+            async with self._lock:
+                await self._execute(self.core.tick(self._now(), self._wall_ms()))
+            if self._replicator is not None:
+                self.metrics.replication_lag.set(self._replicator.lag_seconds)
+                self.metrics.replication_backlog.set(self._replicator.backlog_records)
+            await asyncio.sleep(TICK_S)
+
+    # ---------------------------------------------------------------- session
+
+    async def _session_loop(self) -> None:
+        addresses = list(self.settings.coordinators)
+        index = 0
+        failures = 0
+        wait = wait_random_exponential(multiplier=0.1, max=self.settings.reconnect_max_backoff_s)
+        while not self._stopping:
+            if self._redirect:
+                target, self._redirect = self._redirect, ""
+            else:
+                target = addresses[index % len(addresses)]
+                index += 1
+            welcomed = await self._one_session(target)
+            if self.stopping:
+                return
+            if self.redirect_pending:
+                continue
+            failures = 0 if welcomed else failures + 1
+            delay = float(wait(_Attempt(failures + 1)))  # type: ignore[arg-type]
+            await asyncio.sleep(delay)
+
+    async def _one_session(self, target: str) -> bool:
+        welcomed = False
+        outbound: asyncio.Queue[agent_pb2.AgentMessage] = asyncio.Queue()
+        reason = "closed"
+        try:
+            async with grpc.aio.insecure_channel(target) as channel:
+                stub = agent_pb2_grpc.AgentServiceStub(channel)  # type: ignore[no-untyped-call]
+                call = stub.Session()
+                self._call = call
+                async with self._lock:
+                    hello = self.core.hello(self._now(), self._wall_ms())
+                await call.write(hello)
+                self._outbound = outbound
+                writer = asyncio.create_task(self._write_loop(call, outbound), name="agent-write")
+                try:
+                    while True:
+                        msg = await call.read()
+                        if msg is grpc.aio.EOF:
+                            reason = "stream ended by the coordinator"
+                            break
+                        body = msg.WhichOneof("body")
+                        if body == "welcome":
+                            welcomed = True
+                            self._sessions += 1
+                            if self._sessions > 1:
+                                self.metrics.session_reconnects.inc()
+                            _log.info(
+                                "session open with %s (leader %s, term %d)",
+                                target,
+                                msg.welcome.leader_id,
+                                msg.welcome.term,
+                            )
+                        async with self._lock:
+                            commands = self.core.on_message(msg, self._now(), self._wall_ms())
+                            closing = any(isinstance(c, CloseSession) for c in commands)
+                            await self._execute(commands)
+                        if closing:
+                            reason = "closed by the agent"
+                            break
+                finally:
+                    writer.cancel()
+                    with contextlib.suppress(asyncio.CancelledError, Exception):
+                        await writer
+                    call.cancel()
+        except grpc.aio.AioRpcError as exc:
+            reason = f"{exc.code().name}: {exc.details()}"
+            level = logging.INFO if exc.code() is grpc.StatusCode.UNAVAILABLE else logging.WARNING
+            _log.log(level, "session with %s ended: %s", target, reason)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            reason = repr(exc)
+            _log.warning("session with %s failed: %r", target, exc)
+        finally:
+            self._call = None
+            self._outbound = None
+            async with self._lock:
+                await self._execute(self.core.on_session_closed(self._now(), reason))
+        return welcomed
+
+    async def _write_loop(self, call: Any, queue: asyncio.Queue[agent_pb2.AgentMessage]) -> None:
+        while True:
+            msg = await queue.get()
+            await call.write(msg)
+
+    # --------------------------------------------------------------- commands
+
+    async def _execute(self, commands: list[Command]) -> None:
+        """Carry out the core's commands in order (caller holds the lock)."""
+        runner = self._runner
+        for cmd in commands:
+            if isinstance(cmd, Send):
+                if self._outbound is not None:
+                    self._outbound.put_nowait(cmd.message)
+            elif isinstance(cmd, PersistMeta):
+                assert self._store is not None
+                await self._store.aio.put_meta(cmd.task_id, cmd.meta.encode())
+            elif isinstance(cmd, ForgetTask):
+                assert self._store is not None
+                await self._store.aio.forget(cmd.task_id)
+            elif isinstance(cmd, StartTask):
+                assert runner is not None
+                runner.start(cmd.assign)
+            elif isinstance(cmd, StopTask):
+                assert runner is not None
+                self._spawn(runner.stop(cmd.task_id, cmd.epoch, flush=cmd.flush))
+            elif isinstance(cmd, CloseSession):
+                if cmd.redirect:
+                    self._redirect = cmd.redirect
+                _log.info("closing session: %s", cmd.reason)
+            elif isinstance(cmd, Notice):
+                self._notice(cmd)
+
+    def _notice(self, notice: Notice) -> None:
+        kind, f = notice.kind, notice.fields
+        if kind == "heartbeat_rtt":
+            self.metrics.heartbeat_rtt.observe(f["seconds"])
+            return
+        if kind == "self_fence":
+            self.metrics.fence_events.inc()
+            entry = {"event": "self_fence", "wall_ms": self._wall_ms(), **f}
+            self.fence_log.append(entry)
+            _log.warning(
+                "self-fence: no heartbeat ack in time; pausing %d task(s) (deadline in %.3f s)",
+                f["tasks"],
+                f["deadline_in_s"],
+                extra={"lazarus": entry},
+            )
+            return
+        if kind == "task_paused":
+            entry = {"event": "task_paused", "wall_ms": self._wall_ms(), **f}
+            self.fence_log.append(entry)
+            _log.warning(
+                "task %s paused at epoch %d (self-fence)",
+                f["task_id"],
+                f["epoch"],
+                extra={"lazarus": entry},
+            )
+            return
+        level = logging.INFO
+        if kind in ("meta_unreadable", "update_refused", "stale_assign"):
+            level = logging.WARNING
+        _log.log(level, "%s %s", kind, " ".join(f"{k}={v}" for k, v in f.items()))
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.create_task(coro)
+        self._tasks.append(task)
+        task.add_done_callback(self._reap)
+
+    def _reap(self, task: asyncio.Task[None]) -> None:
+        with contextlib.suppress(ValueError):
+            self._tasks.remove(task)
+        if not task.cancelled() and task.exception() is not None:
+            _log.error("background step failed: %r", task.exception())
+
+    # ------------------------------------------- Reporter (from the runner)
+
+    async def started(
+        self, task_id: str, epoch: int, started: agent_pb2.TaskUpdate.Started
+    ) -> None:
+        async with self._lock:
+            await self._execute(self.core.task_started(task_id, epoch, started, self._wall_ms()))
+
+    async def progress(self, task_id: str, epoch: int, **fields: Any) -> None:
+        async with self._lock:
+            await self._execute(self.core.task_progress(task_id, epoch, **fields))
+
+    async def finished(
+        self,
+        task_id: str,
+        epoch: int,
+        *,
+        result: records_pb2.TaskResult | None,
+        error: records_pb2.TaskError | None,
+        final_checkpoint: records_pb2.CheckpointSummary | None,
+        run_ms: int,
+    ) -> None:
+        async with self._lock:
+            await self._execute(
+                self.core.task_finished(
+                    task_id,
+                    epoch,
+                    result=result,
+                    error=error,
+                    final_checkpoint=final_checkpoint,
+                    run_ms=run_ms,
+                    wall_ms=self._wall_ms(),
+                )
+            )
+
+    async def stopped(
+        self,
+        task_id: str,
+        epoch: int,
+        *,
+        checkpoint: records_pb2.CheckpointSummary | None,
+        journal_seq: int,
+    ) -> None:
+        async with self._lock:
+            await self._execute(
+                self.core.task_stopped(
+                    task_id,
+                    epoch,
+                    checkpoint=checkpoint,
+                    journal_seq=journal_seq,
+                    wall_ms=self._wall_ms(),
+                )
+            )
+
+    async def lost(self, task_id: str, epoch: int, current_epoch: int) -> None:
+        async with self._lock:
+            await self._execute(self.core.task_lost(task_id, epoch, current_epoch))
+
+
+class _Attempt:
+    """The slice of tenacity's RetryCallState that its wait functions read."""
+
+    def __init__(self, attempt_number: int) -> None:
+        self.attempt_number = attempt_number

@@ -1,0 +1,835 @@
+"""AgentCore: the node agent's decisions as one sans-IO state machine.
+
+Theory of operation: the shell (``node_agent.agent``) owns the gRPC stream,
+the task runner, the store and the clocks. It turns what happens into calls
+(``on_welcome``, ``on_message``, ``on_session_closed``, ``task_*``, ``tick``)
+and carries out the commands each returns, in order. Time is an input: every
+call takes ``now`` (monotonic seconds) and ``wall_ms`` (Unix milliseconds, only
+copied into messages). Nothing here reads a clock, a socket or a random source
+(DESIGN.md §2), so the rules below are driven by unit tests step by step.
+
+**Self-fencing** (DESIGN.md §6). The leader acks every heartbeat. Let ``s`` be
+the send time of the oldest heartbeat not yet acked — or, when none is
+outstanding, the time the next one was due (last acked send +
+``heartbeat_interval``), so a stream that died silently or a send that never
+happened counts too. By ``s + fence_after`` every task must be paused: the
+leader can only declare this node DEAD at ``last received + dead_after``, and
+``fence_after < dead_after`` by a margin, so the old owner has stopped before
+any new owner can start. The core begins pausing at ``s + fence_after -
+fence_lead`` (the pause takes a moment: the handler is cancelled and in-flight
+writes finish), closes the Session, and starts or resumes nothing until a new
+Welcome. Its next Hello lists the paused tasks; the leader re-attaches (Assign
+REATTACH, same epoch) what it still owns here and revokes the rest.
+
+**Directives.** Assign starts a task (or resumes a paused one at the same
+epoch); a newer epoch of a task still stopping waits for the stop. Revoke stops
+a task at or below the revoked epoch; its local records are kept (a lineage
+for reconciliation) unless the task is finished, cancelled or unknown, when
+they are forgotten. Release stops the task, then reports Released with its
+final checkpoint so the next owner redoes nothing. NotLeader closes the
+Session and names where to go.
+
+**Updates** (TaskUpdate) carry a per-incarnation ``update_seq``. Completed,
+Failed and Released are kept until the leader acks them and are sent again
+after a reconnect; an ack of a terminal update forgets the task locally.
+Checkpointed updates are coalesced per task to one per
+``progress_report_interval_s``: the leader writes each to etcd.
+
+**What the leader assumes of us** (``coordinator.core.core``): a self-fenced
+agent closes its Session and starts nothing until a new Welcome; every
+heartbeat lists the tasks it runs with their epochs.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from lazarus.v1 import agent_pb2, records_pb2
+
+__all__ = [
+    "AgentCore",
+    "CloseSession",
+    "Command",
+    "ForgetTask",
+    "Notice",
+    "PersistMeta",
+    "Send",
+    "SlotState",
+    "StartTask",
+    "StopReason",
+    "StopTask",
+    "TaskMeta",
+]
+
+PROTOCOL_VERSION = 1
+
+
+class StopReason(enum.Enum):
+    """Why the core stops a running task."""
+
+    FENCED = "fenced"  # no heartbeat ack in time: pause, keep, await re-attach
+    REVOKED = "revoked"  # the leader took it away
+    RELEASED = "released"  # graceful move (drain / migrate)
+    SUPERSEDED = "superseded"  # a newer epoch of the same task was assigned here
+    SHUTDOWN = "shutdown"  # the agent is stopping
+
+
+class SlotState(enum.Enum):
+    """A task's state on this node."""
+
+    RUNNING = "running"  # handler started (or starting)
+    STOPPING = "stopping"  # StopTask issued, TaskStopped not yet seen
+    PAUSED = "paused"  # stopped by a fence or shutdown; kept, resumable at its epoch
+    DONE = "done"  # completed / failed / released; its update awaits the leader's ack
+    DETACHED = "detached"  # revoked; local lineage kept, never listed again
+
+
+@dataclass(slots=True)
+class TaskMeta:
+    """What survives a restart about a task (``CheckpointStore.put_meta``).
+
+    Attributes:
+        epoch, attempt, kind: of the newest assignment here.
+        state: a ``SlotState`` value.
+        update: the unacked terminal TaskUpdate (serialized, hex) or "".
+    """
+
+    epoch: int
+    attempt: int
+    kind: str
+    state: str
+    update: str = ""
+
+    def encode(self) -> bytes:
+        """JSON bytes."""
+        return json.dumps(
+            {
+                "epoch": self.epoch,
+                "attempt": self.attempt,
+                "kind": self.kind,
+                "state": self.state,
+                "update": self.update,
+            },
+            sort_keys=True,
+        ).encode()
+
+    @classmethod
+    def decode(cls, raw: bytes) -> TaskMeta:
+        """Inverse of ``encode``.
+
+        Raises:
+            ValueError: not a TaskMeta (names the field).
+        """
+        try:
+            d = json.loads(raw)
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise ValueError(f"meta: not JSON: {exc}") from exc
+        if not isinstance(d, dict):
+            raise ValueError("meta: not an object")
+        try:
+            meta = cls(
+                int(d["epoch"]), int(d["attempt"]), str(d["kind"]), str(d["state"]), d["update"]
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"meta: missing or bad field: {exc}") from exc
+        if meta.state not in {s.value for s in SlotState}:
+            raise ValueError(f"meta.state: unknown {meta.state!r}")
+        return meta
+
+
+# ---------------------------------------------------------------------------
+# Commands
+# ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Send:
+    """Send ``message`` on the current Session (drop it when there is none)."""
+
+    message: agent_pb2.AgentMessage
+
+
+@dataclass(frozen=True, slots=True)
+class StartTask:
+    """Start (or resume) the handler of ``assign``; report ``task_started`` / ``task_finished``."""
+
+    assign: agent_pb2.Assign
+
+
+@dataclass(frozen=True, slots=True)
+class StopTask:
+    """Cancel the handler at ``epoch``, let in-flight writes finish, report ``task_stopped``.
+
+    ``flush`` asks the runner to wait until the task's records are replicated
+    (a Release must hand over everything).
+    """
+
+    task_id: str
+    epoch: int
+    reason: StopReason
+    flush: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class CloseSession:
+    """Close the Session; reconnect (to ``redirect`` first when it is set)."""
+
+    reason: str
+    redirect: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class PersistMeta:
+    """Store the task's meta durably before the commands after it run."""
+
+    task_id: str
+    meta: TaskMeta
+
+
+@dataclass(frozen=True, slots=True)
+class ForgetTask:
+    """Delete the task's local records (its outcome was acknowledged)."""
+
+    task_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class Notice:
+    """Something to log and count: ``kind`` plus fields."""
+
+    kind: str
+    fields: dict[str, Any] = field(default_factory=dict)
+
+
+Command = Send | StartTask | StopTask | CloseSession | PersistMeta | ForgetTask | Notice
+
+
+# ---------------------------------------------------------------------------
+# The state machine
+# ---------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Slot:
+    task_id: str
+    epoch: int
+    attempt: int
+    kind: str
+    state: SlotState
+    assign: agent_pb2.Assign | None = None
+    stop_reason: StopReason | None = None
+    pending_assign: agent_pb2.Assign | None = None
+    release_move_id: str = ""
+    update: agent_pb2.TaskUpdate | None = None  # unacked terminal update
+    progress: agent_pb2.TaskProgress = field(default_factory=agent_pb2.TaskProgress)
+    checkpoint: records_pb2.CheckpointSummary | None = None
+    report_due: bool = False
+    forget_on_stop: bool = False
+
+    def meta(self) -> TaskMeta:
+        update = self.update.SerializeToString().hex() if self.update is not None else ""
+        return TaskMeta(self.epoch, self.attempt, self.kind, self.state.value, update)
+
+
+class AgentCore:
+    """The node agent's session and task decisions; see the module docstring.
+
+    Args:
+        node_id: this node's stable name.
+        incarnation: unique per process start.
+        fence_lead_s: start pausing this long before the fence deadline, seconds.
+        progress_report_interval_s: least time between two Checkpointed updates of a task.
+        hello: static Hello fields (address, capacity, labels, kinds, agent_version).
+    """
+
+    def __init__(
+        self,
+        node_id: str,
+        incarnation: str,
+        *,
+        fence_lead_s: float = 0.5,
+        progress_report_interval_s: float = 1.0,
+        hello: agent_pb2.Hello | None = None,
+    ) -> None:
+        if not node_id:
+            raise ValueError("node_id: must not be empty")
+        if not incarnation:
+            raise ValueError("incarnation: must not be empty")
+        self.node_id = node_id
+        self.incarnation = incarnation
+        self.fence_lead_s = fence_lead_s
+        self.progress_report_interval_s = progress_report_interval_s
+        self._hello_base = hello or agent_pb2.Hello()
+        self._slots: dict[str, _Slot] = {}
+        self._open = False  # a Welcome arrived on the current Session
+        self._fenced = False  # paused everything; wait for a new Welcome
+        self._interval_s = 0.5
+        self._fence_after_s = 2.0
+        self._term = 0
+        self._hb_seq = 0
+        self._unacked: dict[int, float] = {}  # heartbeat seq -> send time
+        self._acked_send_s = 0.0  # send time of the newest acked heartbeat (or Hello)
+        self._next_hb_s = 0.0
+        self._hello_sent_s = 0.0
+        self._update_seq = 0
+        self._updates: dict[int, str] = {}  # update_seq -> task_id of terminal updates
+        self._next_report_s = 0.0
+        self._armed = False  # tasks may run: a Welcome came and no fence since
+        self._shutting_down = False
+
+    # ------------------------------------------------------------------ views
+
+    @property
+    def session_open(self) -> bool:
+        """True between a Welcome and the Session's end."""
+        return self._open
+
+    @property
+    def fenced(self) -> bool:
+        """True from a self-fence until the next Welcome."""
+        return self._fenced
+
+    @property
+    def term(self) -> int:
+        """The leader's term from the newest Welcome (0 before any)."""
+        return self._term
+
+    def slot_state(self, task_id: str) -> SlotState | None:
+        """The task's state here, or None when the core does not know it."""
+        slot = self._slots.get(task_id)
+        return slot.state if slot is not None else None
+
+    def running(self) -> list[tuple[str, int]]:
+        """(task id, epoch) of tasks whose handler runs or is stopping, sorted."""
+        return sorted(
+            (s.task_id, s.epoch)
+            for s in self._slots.values()
+            if s.state in (SlotState.RUNNING, SlotState.STOPPING)
+        )
+
+    def fence_deadline(self) -> float | None:
+        """Monotonic time by which every task must be paused, or None when nothing may run."""
+        if not self._armed:
+            return None
+        due = self._acked_send_s + self._interval_s
+        if self._unacked:
+            due = min(due, min(self._unacked.values()))
+        return due + self._fence_after_s
+
+    # --------------------------------------------------------------- restart
+
+    def restore(self, metas: dict[str, bytes]) -> list[Command]:
+        """Rebuild the task table from the store after a restart (before any Hello).
+
+        A task that was running is PAUSED now (its handler died with the old
+        process); an unacked terminal update is kept to be sent again.
+        Unreadable metas are reported and skipped, never fatal.
+        """
+        out: list[Command] = []
+        for task_id, raw in sorted(metas.items()):
+            try:
+                meta = TaskMeta.decode(raw)
+            except ValueError as exc:
+                out.append(Notice("meta_unreadable", {"task_id": task_id, "error": str(exc)}))
+                continue
+            state = SlotState(meta.state)
+            if state is SlotState.DETACHED:
+                continue
+            update = None
+            if meta.update:
+                update = agent_pb2.TaskUpdate()
+                try:
+                    update.ParseFromString(bytes.fromhex(meta.update))
+                except ValueError as exc:
+                    out.append(Notice("meta_unreadable", {"task_id": task_id, "error": str(exc)}))
+                    update = None
+            if state in (SlotState.RUNNING, SlotState.STOPPING):
+                state = SlotState.PAUSED
+            if state is SlotState.DONE and update is None:
+                state = SlotState.PAUSED
+            slot = _Slot(task_id, meta.epoch, meta.attempt, meta.kind, state, update=update)
+            self._slots[task_id] = slot
+        return out
+
+    # ---------------------------------------------------------------- session
+
+    def hello(self, now: float, wall_ms: int) -> agent_pb2.AgentMessage:
+        """The Hello to open a Session with: every task still held, with its status."""
+        self._hello_sent_s = now
+        hello = agent_pb2.Hello()
+        hello.CopyFrom(self._hello_base)
+        hello.node_id = self.node_id
+        hello.incarnation = self.incarnation
+        hello.protocol_version = PROTOCOL_VERSION
+        for slot in sorted(self._slots.values(), key=lambda s: s.task_id):
+            status = _held_status(slot)
+            if status is None:
+                continue
+            held = hello.held_tasks.add(
+                task_id=slot.task_id,
+                epoch=slot.epoch,
+                attempt=slot.attempt,
+                kind=slot.kind,
+                status=status,
+                journal_seq=slot.progress.journal_seq,
+                replicated_journal_seq=slot.progress.replicated_journal_seq,
+                replicated_checkpoint_seq=slot.progress.replicated_checkpoint_seq,
+            )
+            if slot.checkpoint is not None:
+                held.checkpoint.CopyFrom(slot.checkpoint)
+        return agent_pb2.AgentMessage(hello=hello)
+
+    def on_welcome(self, welcome: agent_pb2.Welcome, now: float, wall_ms: int) -> list[Command]:
+        """The leader accepted our Hello: start heartbeating, resend unacked outcomes."""
+        out: list[Command] = []
+        self._open = True
+        self._armed = True
+        was_fenced = self._fenced
+        self._fenced = False
+        self._term = welcome.term
+        if welcome.heartbeat_interval_ms:
+            self._interval_s = welcome.heartbeat_interval_ms / 1000.0
+        if welcome.fence_after_ms:
+            self._fence_after_s = welcome.fence_after_ms / 1000.0
+        self._unacked.clear()
+        self._acked_send_s = self._hello_sent_s
+        self._next_hb_s = now
+        self._updates.clear()
+        out.append(
+            Notice(
+                "session_open",
+                {
+                    "term": welcome.term,
+                    "leader": welcome.leader_id,
+                    "after_fence": was_fenced,
+                    "heartbeat_interval_s": self._interval_s,
+                    "fence_after_s": self._fence_after_s,
+                },
+            )
+        )
+        for slot in sorted(self._slots.values(), key=lambda s: s.task_id):
+            if slot.state is SlotState.DONE and slot.update is not None:
+                out.append(self._send_update(slot, slot.update, wall_ms))
+        out.extend(self.tick(now, wall_ms))
+        return out
+
+    def on_session_closed(self, now: float, reason: str) -> list[Command]:
+        """The Session ended (either side). Tasks keep running until the fence says stop."""
+        self._open = False
+        self._updates.clear()
+        return [Notice("session_closed", {"reason": reason})]
+
+    def on_message(
+        self, msg: agent_pb2.CoordinatorMessage, now: float, wall_ms: int
+    ) -> list[Command]:
+        """One message from the leader on the open Session."""
+        body = msg.WhichOneof("body")
+        if body == "welcome":
+            return self.on_welcome(msg.welcome, now, wall_ms)
+        if body == "not_leader":
+            nl = msg.not_leader
+            self._open = False
+            return [CloseSession(f"not the leader (leader {nl.leader_id!r})", nl.leader_address)]
+        if not self._open or self._fenced:
+            return []  # stale directives of a Session we gave up on
+        if body == "heartbeat_ack":
+            return self._on_ack(msg.heartbeat_ack, now)
+        if body == "assign":
+            return self._on_assign(msg.assign, wall_ms)
+        if body == "revoke":
+            return self._on_revoke(msg.revoke, wall_ms)
+        if body == "release":
+            return self._on_release(msg.release)
+        if body == "drain":
+            d = msg.drain
+            return [Notice("drain", {"drain_id": d.drain_id, "cancelled": d.cancelled})]
+        if body == "task_update_ack":
+            return self._on_update_ack(msg.task_update_ack, wall_ms)
+        return [Notice("ignored_message", {"body": body or ""})]
+
+    def _on_ack(self, ack: agent_pb2.HeartbeatAck, now: float) -> list[Command]:
+        sent = self._unacked.get(ack.seq)
+        if sent is None:
+            return []
+        for seq in [s for s in self._unacked if s <= ack.seq]:
+            del self._unacked[seq]
+        self._acked_send_s = max(self._acked_send_s, sent)
+        return [Notice("heartbeat_rtt", {"seconds": max(0.0, now - sent)})]
+
+    # ------------------------------------------------------------------- time
+
+    def tick(self, now: float, wall_ms: int) -> list[Command]:
+        """Heartbeats, the self-fence and coalesced progress reports. Call every ~50 ms."""
+        out: list[Command] = []
+        deadline = self.fence_deadline()
+        if deadline is not None and now >= deadline - self.fence_lead_s:
+            return self._fence(now, deadline)
+        if not self._open or self._fenced:
+            return out
+        if now >= self._next_hb_s:
+            self._hb_seq += 1
+            hb = agent_pb2.Heartbeat(
+                seq=self._hb_seq, sent_at_unix_ms=wall_ms, sent_at_monotonic_ms=int(now * 1000)
+            )
+            running = 0
+            for slot in sorted(self._slots.values(), key=lambda s: s.task_id):
+                if slot.state in (SlotState.RUNNING, SlotState.STOPPING):
+                    running += 1
+                    p = hb.tasks.add()
+                    p.CopyFrom(slot.progress)
+                    p.task_id = slot.task_id
+                    p.epoch = slot.epoch
+            hb.load.running_tasks = running
+            hb.load.used_slots = running
+            self._unacked[self._hb_seq] = now
+            self._next_hb_s = now + self._interval_s
+            out.append(Send(agent_pb2.AgentMessage(heartbeat=hb)))
+        if now >= self._next_report_s:
+            self._next_report_s = now + self.progress_report_interval_s
+            for slot in sorted(self._slots.values(), key=lambda s: s.task_id):
+                if slot.report_due and slot.state is SlotState.RUNNING and slot.checkpoint:
+                    slot.report_due = False
+                    update = agent_pb2.TaskUpdate(task_id=slot.task_id, epoch=slot.epoch)
+                    update.checkpointed.checkpoint.CopyFrom(slot.checkpoint)
+                    update.checkpointed.journal_seq = slot.progress.journal_seq
+                    update.checkpointed.replicated_journal_seq = (
+                        slot.progress.replicated_journal_seq
+                    )
+                    out.append(self._send_update(slot, update, wall_ms, terminal=False))
+        return out
+
+    def _fence(self, now: float, deadline: float) -> list[Command]:
+        self._fenced = True
+        self._armed = False
+        self._open = False
+        out: list[Command] = []
+        stopped = []
+        for slot in sorted(self._slots.values(), key=lambda s: s.task_id):
+            if slot.state is SlotState.RUNNING:
+                slot.state = SlotState.STOPPING
+                slot.stop_reason = StopReason.FENCED
+                stopped.append(slot.task_id)
+                out.append(StopTask(slot.task_id, slot.epoch, StopReason.FENCED))
+        out.insert(
+            0,
+            Notice(
+                "self_fence",
+                {
+                    "tasks": len(stopped),
+                    "deadline_in_s": round(deadline - now, 3),
+                    "unacked_heartbeats": len(self._unacked),
+                },
+            ),
+        )
+        out.append(CloseSession("self-fenced: no heartbeat ack in time"))
+        return out
+
+    # -------------------------------------------------------------- directives
+
+    def _on_assign(self, a: agent_pb2.Assign, wall_ms: int) -> list[Command]:
+        slot = self._slots.get(a.task_id)
+        if slot is not None:
+            if a.epoch < slot.epoch:
+                return [Notice("stale_assign", {"task_id": a.task_id, "epoch": a.epoch})]
+            if a.epoch == slot.epoch:
+                if slot.state is SlotState.PAUSED:
+                    return self._start(slot, a)
+                if slot.state is SlotState.DETACHED:
+                    return self._start(slot, a)
+                return []  # duplicate: running, stopping or done at this epoch
+            # A newer epoch of a task we hold.
+            if slot.state in (SlotState.RUNNING, SlotState.STOPPING):
+                slot.pending_assign = a
+                if slot.state is SlotState.RUNNING:
+                    slot.state = SlotState.STOPPING
+                    slot.stop_reason = StopReason.SUPERSEDED
+                    return [StopTask(slot.task_id, slot.epoch, StopReason.SUPERSEDED)]
+                return []
+        slot = _Slot(a.task_id, a.epoch, a.attempt, a.spec.kind, SlotState.RUNNING)
+        self._slots[a.task_id] = slot
+        return self._start(slot, a)
+
+    def _start(self, slot: _Slot, a: agent_pb2.Assign) -> list[Command]:
+        slot.epoch = a.epoch
+        slot.attempt = a.attempt
+        slot.kind = a.spec.kind
+        slot.state = SlotState.RUNNING
+        slot.assign = a
+        slot.stop_reason = None
+        slot.pending_assign = None
+        slot.update = None
+        slot.progress = agent_pb2.TaskProgress()
+        return [PersistMeta(slot.task_id, slot.meta()), StartTask(a)]
+
+    def _on_revoke(self, r: agent_pb2.Revoke, wall_ms: int) -> list[Command]:
+        slot = self._slots.get(r.task_id)
+        if slot is None or slot.epoch > r.epoch:
+            return []
+        keep = r.reason not in (
+            agent_pb2.REVOKE_REASON_CANCELLED,
+            agent_pb2.REVOKE_REASON_FINISHED,
+            agent_pb2.REVOKE_REASON_UNKNOWN_TASK,
+        )
+        note = Notice(
+            "revoked",
+            {
+                "task_id": r.task_id,
+                "epoch": r.epoch,
+                "current_epoch": r.current_epoch,
+                "reason": agent_pb2.RevokeReason.Name(r.reason),
+                "owner": r.current_owner_node_id,
+            },
+        )
+        if slot.state in (SlotState.RUNNING, SlotState.STOPPING):
+            slot.pending_assign = None
+            slot.forget_on_stop = not keep
+            if slot.state is SlotState.RUNNING:
+                slot.state = SlotState.STOPPING
+                slot.stop_reason = StopReason.REVOKED
+                return [note, StopTask(slot.task_id, slot.epoch, StopReason.REVOKED)]
+            slot.stop_reason = StopReason.REVOKED
+            return [note]
+        return [note, *self._detach(slot, forget=not keep)]
+
+    def _detach(self, slot: _Slot, *, forget: bool) -> list[Command]:
+        if forget:
+            del self._slots[slot.task_id]
+            return [ForgetTask(slot.task_id)]
+        slot.state = SlotState.DETACHED
+        slot.update = None
+        return [PersistMeta(slot.task_id, slot.meta())]
+
+    def _on_release(self, r: agent_pb2.Release) -> list[Command]:
+        slot = self._slots.get(r.task_id)
+        if slot is None or slot.epoch != r.epoch or slot.state is not SlotState.RUNNING:
+            return [Notice("release_ignored", {"task_id": r.task_id, "epoch": r.epoch})]
+        slot.state = SlotState.STOPPING
+        slot.stop_reason = StopReason.RELEASED
+        slot.release_move_id = r.move_id
+        return [StopTask(slot.task_id, slot.epoch, StopReason.RELEASED, flush=True)]
+
+    def _on_update_ack(self, ack: agent_pb2.TaskUpdateAck, wall_ms: int) -> list[Command]:
+        task_id = self._updates.pop(ack.update_seq, None)
+        if task_id is None:
+            return []
+        slot = self._slots.get(task_id)
+        if slot is None or slot.state is not SlotState.DONE or slot.epoch != ack.epoch:
+            return []
+        outcome = ack.outcome
+        if outcome in (agent_pb2.UPDATE_OUTCOME_ACCEPTED, agent_pb2.UPDATE_OUTCOME_DUPLICATE):
+            return self._detach(slot, forget=True)  # the leader has it; Redis has the state
+        # Refused: the task is no longer ours at this epoch; keep the lineage.
+        return [
+            Notice(
+                "update_refused",
+                {
+                    "task_id": task_id,
+                    "outcome": agent_pb2.UpdateOutcome.Name(outcome),
+                    "message": ack.message,
+                },
+            ),
+            *self._detach(slot, forget=False),
+        ]
+
+    # ------------------------------------------------------------ task events
+
+    def task_started(
+        self,
+        task_id: str,
+        epoch: int,
+        started: agent_pb2.TaskUpdate.Started,
+        wall_ms: int,
+    ) -> list[Command]:
+        """The runner restored and started the handler."""
+        slot = self._live(task_id, epoch)
+        if slot is None:
+            return []
+        if started.HasField("resumed_from"):
+            slot.checkpoint = started.resumed_from
+            slot.progress.checkpoint_seq = started.resumed_from.seq
+            slot.progress.covers_journal_seq = started.resumed_from.covers_journal_seq
+        update = agent_pb2.TaskUpdate(task_id=task_id, epoch=epoch)
+        update.started.CopyFrom(started)
+        return [self._send_update(slot, update, wall_ms, terminal=False)]
+
+    def task_progress(
+        self,
+        task_id: str,
+        epoch: int,
+        *,
+        checkpoint: records_pb2.CheckpointSummary | None = None,
+        journal_seq: int | None = None,
+        replicated_checkpoint_seq: int | None = None,
+        replicated_journal_seq: int | None = None,
+        ratio: float | None = None,
+        message: str | None = None,
+    ) -> list[Command]:
+        """The handler checkpointed, recorded, replicated or reported progress."""
+        slot = self._slots.get(task_id)
+        if slot is None or slot.epoch != epoch:
+            return []
+        p = slot.progress
+        if checkpoint is not None and checkpoint.seq >= p.checkpoint_seq:
+            slot.checkpoint = checkpoint
+            p.checkpoint_seq = checkpoint.seq
+            p.covers_journal_seq = checkpoint.covers_journal_seq
+            slot.report_due = True
+        if journal_seq is not None:
+            p.journal_seq = max(p.journal_seq, journal_seq)
+        if replicated_checkpoint_seq is not None and (
+            replicated_checkpoint_seq > p.replicated_checkpoint_seq
+        ):
+            p.replicated_checkpoint_seq = replicated_checkpoint_seq
+            if slot.checkpoint is not None and slot.checkpoint.seq == replicated_checkpoint_seq:
+                slot.checkpoint.replicated = True
+            slot.report_due = True
+        if replicated_journal_seq is not None:
+            p.replicated_journal_seq = max(p.replicated_journal_seq, replicated_journal_seq)
+        if ratio is not None:
+            p.progress_ratio = min(1.0, max(0.0, ratio))
+        if message is not None:
+            p.progress_message = message[:256]
+        return []
+
+    def task_finished(
+        self,
+        task_id: str,
+        epoch: int,
+        *,
+        result: records_pb2.TaskResult | None = None,
+        error: records_pb2.TaskError | None = None,
+        final_checkpoint: records_pb2.CheckpointSummary | None = None,
+        run_ms: int = 0,
+        wall_ms: int = 0,
+    ) -> list[Command]:
+        """The handler returned (``result``) or failed (``error``); exactly one is given."""
+        if (result is None) == (error is None):
+            raise ValueError("task_finished: give exactly one of result and error")
+        slot = self._live(task_id, epoch)
+        if slot is None or slot.state is not SlotState.RUNNING:
+            return [Notice("late_finish_dropped", {"task_id": task_id, "epoch": epoch})]
+        update = agent_pb2.TaskUpdate(task_id=task_id, epoch=epoch, attempt=slot.attempt)
+        if result is not None:
+            update.completed.result.CopyFrom(result)
+            update.completed.run_ms = run_ms
+            if final_checkpoint is not None:
+                update.completed.final_checkpoint.CopyFrom(final_checkpoint)
+        else:
+            assert error is not None
+            update.failed.error.CopyFrom(error)
+            if final_checkpoint is not None:
+                update.failed.last_checkpoint.CopyFrom(final_checkpoint)
+        slot.state = SlotState.DONE
+        slot.update = update
+        return [PersistMeta(task_id, slot.meta()), self._send_update(slot, update, wall_ms)]
+
+    def task_stopped(
+        self,
+        task_id: str,
+        epoch: int,
+        *,
+        checkpoint: records_pb2.CheckpointSummary | None = None,
+        journal_seq: int = 0,
+        wall_ms: int = 0,
+    ) -> list[Command]:
+        """The handler stopped after a StopTask (or died on its own after one)."""
+        slot = self._slots.get(task_id)
+        if slot is None or slot.epoch != epoch or slot.state is not SlotState.STOPPING:
+            return []
+        reason = slot.stop_reason
+        slot.stop_reason = None
+        out: list[Command] = [
+            Notice(
+                "task_paused" if reason is StopReason.FENCED else "task_stopped",
+                {"task_id": task_id, "epoch": epoch, "reason": reason.value if reason else ""},
+            )
+        ]
+        if reason is StopReason.RELEASED:
+            update = agent_pb2.TaskUpdate(task_id=task_id, epoch=epoch, attempt=slot.attempt)
+            update.released.move_id = slot.release_move_id
+            if checkpoint is not None:
+                update.released.checkpoint.CopyFrom(checkpoint)
+            update.released.journal_seq = journal_seq
+            slot.state = SlotState.DONE
+            slot.update = update
+            out += [PersistMeta(task_id, slot.meta()), self._send_update(slot, update, wall_ms)]
+            return out
+        if reason is StopReason.REVOKED:
+            forget = slot.forget_on_stop
+            slot.forget_on_stop = False
+            return out + self._detach(slot, forget=forget)
+        if reason is StopReason.SUPERSEDED and slot.pending_assign is not None:
+            return out + self._start(slot, slot.pending_assign)
+        slot.state = SlotState.PAUSED
+        out.append(PersistMeta(task_id, slot.meta()))
+        return out
+
+    def task_lost(self, task_id: str, epoch: int, current_epoch: int) -> list[Command]:
+        """Redis (or the store) refused the task's epoch: a newer owner exists. Stop it.
+
+        Its local lineage is kept; the leader's Revoke, when it comes, finds it stopped.
+        """
+        slot = self._slots.get(task_id)
+        if slot is None or slot.epoch != epoch:
+            return []
+        note = Notice(
+            "epoch_superseded", {"task_id": task_id, "epoch": epoch, "current": current_epoch}
+        )
+        if slot.state is SlotState.RUNNING:
+            slot.state = SlotState.STOPPING
+            slot.stop_reason = StopReason.REVOKED
+            slot.forget_on_stop = False
+            return [note, StopTask(task_id, epoch, StopReason.REVOKED)]
+        if slot.state in (SlotState.PAUSED, SlotState.DONE):
+            return [note, *self._detach(slot, forget=False)]
+        return [note]
+
+    def shutdown(self) -> list[Command]:
+        """Pause every running task (SIGTERM); the shell then says Goodbye."""
+        self._shutting_down = True
+        out: list[Command] = []
+        for slot in sorted(self._slots.values(), key=lambda s: s.task_id):
+            if slot.state is SlotState.RUNNING:
+                slot.state = SlotState.STOPPING
+                slot.stop_reason = StopReason.SHUTDOWN
+                out.append(StopTask(slot.task_id, slot.epoch, StopReason.SHUTDOWN))
+        return out
+
+    # ---------------------------------------------------------------- helpers
+
+    def _live(self, task_id: str, epoch: int) -> _Slot | None:
+        slot = self._slots.get(task_id)
+        if slot is None or slot.epoch != epoch:
+            return None
+        return slot
+
+    def _send_update(
+        self, slot: _Slot, update: agent_pb2.TaskUpdate, wall_ms: int, *, terminal: bool = True
+    ) -> Command:
+        self._update_seq += 1
+        msg = agent_pb2.TaskUpdate()
+        msg.CopyFrom(update)
+        msg.update_seq = self._update_seq
+        msg.attempt = slot.attempt
+        msg.occurred_at_unix_ms = update.occurred_at_unix_ms or wall_ms
+        if terminal:
+            self._updates[self._update_seq] = slot.task_id
+        return Send(agent_pb2.AgentMessage(task_update=msg))
+
+
+def _held_status(slot: _Slot) -> int | None:
+    if slot.state in (SlotState.RUNNING, SlotState.STOPPING):
+        return agent_pb2.HELD_TASK_STATUS_RUNNING
+    if slot.state is SlotState.PAUSED:
+        return agent_pb2.HELD_TASK_STATUS_PAUSED
+    if slot.state is SlotState.DONE and slot.update is not None:
+        change = slot.update.WhichOneof("change")
+        if change == "completed":
+            return agent_pb2.HELD_TASK_STATUS_COMPLETED
+        if change == "failed":
+            return agent_pb2.HELD_TASK_STATUS_FAILED
+        return agent_pb2.HELD_TASK_STATUS_RELEASED
+    return None

@@ -1,0 +1,94 @@
+"""Prometheus metrics of a node agent (``lazarus_agent_*``), on an HTTP port of its own.
+
+Series (base units; counters end in ``_total``):
+
+- ``lazarus_agent_checkpoint_seconds{durability}`` (histogram): a ``ctx.checkpoint``
+  call, from the call to its return (local fsync, plus Redis ack for "replicated");
+- ``lazarus_agent_checkpoint_bytes`` (histogram): encoded checkpoint state sizes;
+- ``lazarus_agent_replication_lag_seconds``: age of the oldest record not yet
+  acknowledged by Redis (0 when caught up);
+- ``lazarus_agent_replication_backlog_records``: records waiting for Redis;
+- ``lazarus_agent_replication_errors_total``: failed Redis round trips;
+- ``lazarus_agent_tasks_running``: handlers running now;
+- ``lazarus_agent_tasks_finished_total{outcome}``: completed / failed / stopped;
+- ``lazarus_agent_fence_events_total``: self-fences (every task paused, no ack in time);
+- ``lazarus_agent_session_reconnects_total``: Sessions opened after the first;
+- ``lazarus_agent_heartbeat_rtt_seconds`` (histogram): heartbeat send to ack.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+__all__ = ["AgentMetrics"]
+
+_CKPT_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0)
+_BYTES_BUCKETS = (256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304)
+_RTT_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0)
+
+
+class AgentMetrics:
+    """One agent's metrics in a registry of their own (several agents may share a process).
+
+    Args:
+        registry: where to register (default: a new ``CollectorRegistry``).
+    """
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        r = self.registry
+        self.checkpoint_seconds = Histogram(
+            "lazarus_agent_checkpoint_seconds",
+            "ctx.checkpoint call duration, by durability.",
+            ["durability"],
+            buckets=_CKPT_BUCKETS_S,
+            registry=r,
+        )
+        self.checkpoint_bytes = Histogram(
+            "lazarus_agent_checkpoint_bytes",
+            "Encoded checkpoint state size.",
+            buckets=_BYTES_BUCKETS,
+            registry=r,
+        )
+        self.replication_lag = Gauge(
+            "lazarus_agent_replication_lag_seconds",
+            "Age of the oldest record not yet acknowledged by Redis.",
+            registry=r,
+        )
+        self.replication_backlog = Gauge(
+            "lazarus_agent_replication_backlog_records",
+            "Records waiting for Redis.",
+            registry=r,
+        )
+        self.replication_errors = Counter(
+            "lazarus_agent_replication_errors", "Failed Redis round trips.", registry=r
+        )
+        self.tasks_running = Gauge(
+            "lazarus_agent_tasks_running", "Task handlers running now.", registry=r
+        )
+        self.tasks_finished = Counter(
+            "lazarus_agent_tasks_finished",
+            "Task handlers that ended, by outcome.",
+            ["outcome"],
+            registry=r,
+        )
+        self.fence_events = Counter(
+            "lazarus_agent_fence_events", "Self-fences: every task paused.", registry=r
+        )
+        self.session_reconnects = Counter(
+            "lazarus_agent_session_reconnects", "Sessions opened after the first.", registry=r
+        )
+        self.heartbeat_rtt = Histogram(
+            "lazarus_agent_heartbeat_rtt_seconds",
+            "Heartbeat send to ack.",
+            buckets=_RTT_BUCKETS_S,
+            registry=r,
+        )
+
+    def serve(self, host: str, port: int) -> None:
+        """Serve ``/metrics`` on host:port from a daemon thread.
+
+        Raises:
+            OSError: the address cannot be bound.
+        """
+        start_http_server(port, addr=host, registry=self.registry)

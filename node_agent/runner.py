@@ -1,0 +1,809 @@
+"""TaskRunner: runs handlers, restores their state, makes their effects durable.
+
+Theory of operation: the agent shell turns the core's ``StartTask`` and
+``StopTask`` commands into ``start`` and ``stop`` calls here, and this module
+reports back through a ``Reporter`` (started, progress, finished, stopped,
+lost). It decides nothing about ownership: that is ``node_agent.core``.
+
+**Restore** (DESIGN.md §7–§8). Before a handler starts at epoch ``e`` the
+runner claims the task in Redis at ``e`` (the fence rises, so an old owner's
+later writes are refused), then compares the local store with what Redis
+holds: the newer lineage wins. A newer remote lineage is adopted into the
+local store (``CheckpointStore.adopt``) so numbering continues; a newer local
+one (this node's own writes that never reached Redis, e.g. before a SIGKILL) is
+shipped to Redis again. The handler receives the newest checkpoint's state
+plus the journal events after it (``Restored``). When Redis is unreachable a
+task this node held at the same epoch resumes from local state; any other
+task waits (retrying) rather than start from an older state.
+
+**Effects.** ``ctx.checkpoint`` and ``ctx.record`` commit to SQLite (group
+commit, fsync) and queue the record for Redis (``Replicator``); with
+durability "replicated" they also wait for Redis's ack. A STALE answer from
+Redis means a newer owner exists: the task is stopped and reported lost.
+
+**Stop.** The context is cancelled first (every later effect raises
+``TaskCancelled``), then an ``async`` handler is cancelled at its next await.
+A handler in a thread cannot be interrupted; its effects are already fenced
+by the context, and it is reported stopped after ``stop_grace_s``. A stop with
+``flush`` (Release, shutdown) waits until Redis acknowledged the task's records.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+import traceback
+from collections.abc import Awaitable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+from lazarus.v1 import agent_pb2, records_pb2
+from node_agent.checkpoint import (
+    AdoptedCheckpoint,
+    AdoptedEvent,
+    Checkpoint,
+    CheckpointStore,
+    StaleEpoch,
+    StoredCheckpoint,
+)
+from node_agent.metrics import AgentMetrics
+from node_agent.replication import (
+    Outcome,
+    RedisCheckpointReplica,
+    RemoteState,
+    ReplicationItem,
+    ReplicationResult,
+    Replicator,
+)
+from node_agent.sdk import (
+    Agent,
+    DurabilityName,
+    HandlerSpec,
+    Restored,
+    SyncTaskContext,
+    TaskCancelled,
+    TaskContext,
+    TaskFailure,
+)
+
+__all__ = ["Reporter", "TaskRunner"]
+
+_log = logging.getLogger("lazarus.agent.runner")
+
+JSON = "application/json"
+
+
+class Reporter(Protocol):
+    """Where the runner reports (the agent shell, which feeds the core)."""
+
+    async def started(
+        self, task_id: str, epoch: int, started: agent_pb2.TaskUpdate.Started
+    ) -> None: ...
+
+    async def progress(self, task_id: str, epoch: int, **fields: Any) -> None: ...
+
+    async def finished(
+        self,
+        task_id: str,
+        epoch: int,
+        *,
+        result: records_pb2.TaskResult | None,
+        error: records_pb2.TaskError | None,
+        final_checkpoint: records_pb2.CheckpointSummary | None,
+        run_ms: int,
+    ) -> None: ...
+
+    async def stopped(
+        self,
+        task_id: str,
+        epoch: int,
+        *,
+        checkpoint: records_pb2.CheckpointSummary | None,
+        journal_seq: int,
+    ) -> None: ...
+
+    async def lost(self, task_id: str, epoch: int, current_epoch: int) -> None: ...
+
+
+def _wall_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def _encode(value: Any, what: str) -> bytes:
+    try:
+        return json.dumps(value, separators=(",", ":"), sort_keys=True, allow_nan=False).encode()
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"{what} is not JSON-serialisable: {exc}") from exc
+
+
+@dataclass(eq=False)
+class _Run:
+    task_id: str
+    epoch: int
+    attempt: int
+    kind: str
+    durability: DurabilityName
+    cancelled: asyncio.Event = field(default_factory=asyncio.Event)
+    stopping: bool = False
+    lost: bool = False
+    task: asyncio.Task[None] | None = None
+    journal_seq: int = 0
+    checkpoint: records_pb2.CheckpointSummary | None = None
+    pending: set[asyncio.Future[ReplicationResult]] = field(default_factory=set)
+    started_s: float = 0.0
+
+
+class _Host:
+    """A task's effects, behind ``TaskContext`` (the SDK's ``_Host`` protocol)."""
+
+    def __init__(self, runner: TaskRunner, run: _Run) -> None:
+        self._runner = runner
+        self._run = run
+
+    @property
+    def cancelled(self) -> bool:
+        return self._run.cancelled.is_set()
+
+    async def wait_cancelled(self) -> None:
+        await self._run.cancelled.wait()
+
+    def _check(self) -> None:
+        if self._run.cancelled.is_set():
+            raise TaskCancelled(
+                f"task {self._run.task_id!r} at epoch {self._run.epoch} no longer runs here"
+            )
+
+    async def checkpoint(self, state: Any, reason: str) -> int:
+        self._check()
+        return await self._runner._checkpoint(self._run, state, reason)
+
+    async def record(self, event: Any) -> int:
+        self._check()
+        return await self._runner._record(self._run, event)
+
+    def progress(self, ratio: float, message: str) -> None:
+        self._runner._progress(self._run, ratio, message)
+
+
+class TaskRunner:
+    """Runs the handlers of ``app`` for one node agent.
+
+    Args:
+        app: the handlers.
+        store: the local checkpoint store (open).
+        replica: direct Redis access (claim, load).
+        replicator: the background shipper to Redis (started).
+        reporter: where outcomes go.
+        node_id, incarnation: this node.
+        default_durability: for tasks whose spec does not say.
+        max_payload_bytes: limit on payloads, checkpoint states, events and results.
+        metrics: the agent's metrics.
+        stop_grace_s: how long a stop waits for the handler before reporting it stopped.
+        redis_retry_s: pause between two attempts to reach Redis while restoring.
+    """
+
+    def __init__(
+        self,
+        *,
+        app: Agent,
+        store: CheckpointStore,
+        replica: RedisCheckpointReplica,
+        replicator: Replicator,
+        reporter: Reporter,
+        node_id: str,
+        incarnation: str,
+        default_durability: DurabilityName,
+        max_payload_bytes: int,
+        metrics: AgentMetrics,
+        stop_grace_s: float = 0.3,
+        redis_retry_s: float = 0.25,
+        flush_timeout_s: float = 10.0,
+    ) -> None:
+        self.app = app
+        self.store = store
+        self.replica = replica
+        self.replicator = replicator
+        self.reporter = reporter
+        self.node_id = node_id
+        self.incarnation = incarnation
+        self.default_durability = default_durability
+        self.max_payload_bytes = max_payload_bytes
+        self.metrics = metrics
+        self.stop_grace_s = stop_grace_s
+        self.redis_retry_s = redis_retry_s
+        self.flush_timeout_s = flush_timeout_s
+        self._runs: dict[str, _Run] = {}
+        self._pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="lazarus-task")
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    @property
+    def running(self) -> int:
+        """Handlers running now."""
+        return sum(1 for r in self._runs.values() if r.task is not None and not r.task.done())
+
+    # ------------------------------------------------------------------ start
+
+    def start(self, assign: agent_pb2.Assign) -> None:
+        """Restore and start the task of ``assign`` in the background."""
+        self._loop = asyncio.get_running_loop()
+        old = self._runs.get(assign.task_id)
+        if old is not None and old.task is not None and not old.task.done():
+            if old.epoch == assign.epoch:
+                return
+            _log.warning(
+                "task %s: start at epoch %d while epoch %d still runs; stopping it",
+                assign.task_id,
+                assign.epoch,
+                old.epoch,
+            )
+            old.cancelled.set()
+            old.task.cancel()
+        spec = assign.spec
+        handler = self.app.handler(spec.kind)
+        durability: DurabilityName = self.default_durability
+        if spec.durability == records_pb2.CHECKPOINT_DURABILITY_LOCAL:
+            durability = "local"
+        elif spec.durability == records_pb2.CHECKPOINT_DURABILITY_REPLICATED:
+            durability = "replicated"
+        elif handler is not None:
+            durability = handler.durability
+        run = _Run(assign.task_id, assign.epoch, assign.attempt, spec.kind, durability)
+        run.started_s = time.monotonic()
+        self._runs[assign.task_id] = run
+        run.task = asyncio.create_task(self._main(run, assign, handler), name=f"task:{run.task_id}")
+
+    async def _main(self, run: _Run, assign: agent_pb2.Assign, handler: HandlerSpec | None) -> None:
+        try:
+            error = self._precheck(assign, handler)
+            if error is not None:
+                await self._finish(run, None, error)
+                return
+            assert handler is not None
+            payload = self._decode_payload(assign.spec)
+            restored, started = await self._restore(run, assign)
+            if run.cancelled.is_set():
+                return
+            await self.reporter.started(run.task_id, run.epoch, started)
+            ctx = TaskContext(
+                task_id=run.task_id,
+                kind=run.kind,
+                epoch=run.epoch,
+                attempt=run.attempt,
+                payload=payload,
+                restored=restored,
+                node_id=self.node_id,
+                host=_Host(self, run),
+            )
+            self.metrics.tasks_running.inc()
+            try:
+                value = await self._call_handler(handler, ctx)
+            finally:
+                self.metrics.tasks_running.dec()
+        except (TaskCancelled, asyncio.CancelledError):
+            if not run.cancelled.is_set():
+                raise
+            return
+        except TaskFailure as exc:
+            if run.cancelled.is_set():
+                return
+            await self._finish(run, None, self._error(run, exc, retryable=exc.retryable))
+            return
+        except Exception as exc:
+            if run.cancelled.is_set():
+                return
+            await self._finish(run, None, self._error(run, exc, retryable=True))
+            return
+        if run.cancelled.is_set():
+            return  # stopped meanwhile: the outcome of a fenced run is dropped
+        try:
+            body = _encode(value, "result")
+        except TypeError as exc:
+            code = records_pb2.TASK_ERROR_CODE_RESULT_NOT_SERIALIZABLE
+            await self._finish(run, None, self._error(run, exc, retryable=False, code=code))
+            return
+        if len(body) > self.max_payload_bytes:
+            code = records_pb2.TASK_ERROR_CODE_PAYLOAD_TOO_LARGE
+            msg = f"result is {len(body)} bytes, over the limit of {self.max_payload_bytes}"
+            await self._finish(run, None, self._error_text(run, msg, code, retryable=False))
+            return
+        import google_crc32c
+
+        result = records_pb2.TaskResult(
+            payload=body, content_type=JSON, size_bytes=len(body), crc32=google_crc32c.value(body)
+        )
+        await self._finish(run, result, None)
+
+    def _precheck(
+        self, assign: agent_pb2.Assign, handler: HandlerSpec | None
+    ) -> records_pb2.TaskError | None:
+        spec = assign.spec
+        run = self._runs[assign.task_id]
+        if handler is None:
+            known = ", ".join(self.app.kinds) or "none"
+            return self._error_text(
+                run,
+                f"spec.kind: no handler for kind {spec.kind!r} on node {self.node_id} "
+                f"(app {self.app.name!r} serves: {known})",
+                records_pb2.TASK_ERROR_CODE_UNKNOWN_KIND,
+                retryable=False,
+            )
+        if len(spec.payload) > self.max_payload_bytes:
+            return self._error_text(
+                run,
+                f"spec.payload: {len(spec.payload)} bytes, over the limit of "
+                f"{self.max_payload_bytes} (--max-payload-bytes)",
+                records_pb2.TASK_ERROR_CODE_PAYLOAD_TOO_LARGE,
+                retryable=False,
+            )
+        return None
+
+    @staticmethod
+    def _decode_payload(spec: records_pb2.TaskSpec) -> Any:
+        if spec.content_type in ("", JSON) or spec.content_type.endswith("+json"):
+            try:
+                return json.loads(spec.payload) if spec.payload else None
+            except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+                if spec.content_type:
+                    raise TaskFailure(f"spec.payload: not JSON: {exc}", retryable=False) from exc
+        return bytes(spec.payload)
+
+    async def _call_handler(self, handler: HandlerSpec, ctx: TaskContext) -> Any:
+        if handler.is_async:
+            return await handler.fn(ctx)
+        loop = asyncio.get_running_loop()
+
+        def call(aw: Awaitable[Any]) -> Any:
+            async def wrap() -> Any:
+                return await aw
+
+            return asyncio.run_coroutine_threadsafe(wrap(), loop).result()
+
+        return await loop.run_in_executor(self._pool, handler.fn, SyncTaskContext(ctx, call))
+
+    # ---------------------------------------------------------------- restore
+
+    async def _restore(
+        self, run: _Run, assign: agent_pb2.Assign
+    ) -> tuple[Restored | None, agent_pb2.TaskUpdate.Started]:
+        t0 = time.monotonic()
+        task_id, epoch = run.task_id, run.epoch
+        local = await self.store.aio.recover(task_id)
+        local_ckpt = local.checkpoint
+        local_j = (
+            local.events[-1].seq
+            if local.events
+            else (local_ckpt.covers_journal_seq if local_ckpt else 0)
+        )
+        reattach = assign.reason == agent_pb2.ASSIGN_REASON_REATTACH
+        remote: RemoteState | None = None
+        attempts = 0
+        while not run.cancelled.is_set():
+            attempts += 1
+            try:
+                claim = await self.replica.claim(task_id, epoch, self.node_id)
+                if claim.outcome is Outcome.STALE:
+                    run.lost = True
+                    run.cancelled.set()
+                    await self.reporter.lost(task_id, epoch, claim.current_epoch)
+                    raise TaskCancelled(
+                        f"task {task_id!r}: Redis is at epoch {claim.current_epoch}"
+                    )
+                remote = await self.replica.load(task_id)
+                break
+            except (TaskCancelled, asyncio.CancelledError):
+                raise
+            except Exception as exc:
+                has_local = local_ckpt is not None or bool(local.events)
+                if reattach and has_local:
+                    _log.warning(
+                        "task %s: Redis unreachable (%s); resuming from local state it owns",
+                        task_id,
+                        exc,
+                    )
+                    break
+                if attempts == 1 or attempts % 40 == 0:
+                    _log.warning(
+                        "task %s: waiting for Redis to read its replicated state: %s",
+                        task_id,
+                        exc,
+                    )
+                await asyncio.sleep(self.redis_retry_s)
+        source: Literal["local", "redis"] = "local"
+        remote_ahead = remote is not None and (
+            remote.ckpt_seq > (local_ckpt.seq if local_ckpt else 0) or remote.journal_seq > local_j
+        )
+        if remote is not None and remote_ahead:
+            events = []
+            previous = remote.covers_journal_seq
+            for ev in remote.events:
+                if ev.seq != previous + 1:
+                    break
+                events.append(AdoptedEvent(ev.seq, ev.epoch, ev.payload))
+                previous = ev.seq
+            ck = remote.checkpoint
+            adopted = (
+                AdoptedCheckpoint(
+                    ck.seq, ck.epoch, ck.covers_journal_seq, ck.payload, ck.terminal, ck.label
+                )
+                if ck is not None
+                else None
+            )
+            out = await self.store.aio.adopt(
+                task_id, epoch=epoch, checkpoint=adopted, events=events
+            )
+            if out.lineage_task_id:
+                _log.warning(
+                    "task %s: kept %d checkpoints and %d events of a divergent local lineage as %s",
+                    task_id,
+                    out.divergent_checkpoints,
+                    out.divergent_events,
+                    out.lineage_task_id,
+                )
+            local = await self.store.aio.recover(task_id)
+            local_ckpt = local.checkpoint
+            source = "redis"
+        elif remote is not None or (local_ckpt is not None or local.events):
+            # Local is newer than (or equal to) Redis: ship what Redis lacks.
+            await self._catch_up(run, local_ckpt, local.events, remote)
+        run.journal_seq = (
+            local.events[-1].seq
+            if local.events
+            else (local_ckpt.covers_journal_seq if local_ckpt else 0)
+        )
+        restored: Restored | None = None
+        started = agent_pb2.TaskUpdate.Started(
+            location=records_pb2.CHECKPOINT_LOCATION_REDIS
+            if source == "redis"
+            else records_pb2.CHECKPOINT_LOCATION_LOCAL,
+            replayed_journal_events=len(local.events),
+        )
+        if local_ckpt is not None or local.events:
+            state = json.loads(local_ckpt.payload) if local_ckpt is not None else None
+            restored = Restored(
+                state=state,
+                checkpoint_seq=local_ckpt.seq if local_ckpt else 0,
+                covers_journal_seq=local_ckpt.covers_journal_seq if local_ckpt else 0,
+                events=[json.loads(e.payload) for e in local.events],
+                journal_seq=run.journal_seq,
+                source=source,
+            )
+            if local_ckpt is not None:
+                summary = self._summary(run, local_ckpt)
+                summary.replicated = remote is not None
+                run.checkpoint = summary
+                started.resumed_from.CopyFrom(summary)
+        started.restore_ms = int((time.monotonic() - t0) * 1000)
+        return restored, started
+
+    async def _catch_up(
+        self,
+        run: _Run,
+        ckpt: StoredCheckpoint | None,
+        events: list[Any],
+        remote: RemoteState | None,
+    ) -> None:
+        remote_seq = remote.ckpt_seq if remote is not None else 0
+        remote_j = remote.journal_seq if remote is not None else 0
+        send_ckpt = ckpt is not None and ckpt.seq > remote_seq
+        send_events = tuple(
+            self._event_record(run, e.seq, e.epoch, e.payload, e.created_at_ms)
+            for e in events
+            if e.seq > remote_j
+        )
+        if not send_ckpt and not send_events:
+            return
+        item = ReplicationItem(
+            run.task_id,
+            run.epoch,
+            self.node_id,
+            events=send_events,
+            checkpoint=self._checkpoint_record(run, ckpt) if send_ckpt and ckpt else None,
+        )
+        self._track(run, await self.replicator.submit(item), ckpt.seq if send_ckpt and ckpt else 0)
+
+    # ---------------------------------------------------------------- effects
+
+    async def _checkpoint(self, run: _Run, state: Any, reason: str) -> int:
+        t0 = time.monotonic()
+        payload = _encode(state, "checkpoint state")
+        if len(payload) > self.max_payload_bytes:
+            raise ValueError(
+                f"checkpoint state is {len(payload)} bytes, over the limit of "
+                f"{self.max_payload_bytes}"
+            )
+        try:
+            outcome = await self.store.aio.save(
+                Checkpoint(
+                    run.task_id,
+                    run.epoch,
+                    payload,
+                    covers_journal_seq=run.journal_seq,
+                    label=reason,
+                )
+            )
+        except StaleEpoch as exc:
+            await self._lose(run, exc.current_epoch)
+            raise TaskCancelled(str(exc)) from exc
+        created = _wall_ms()
+        summary = records_pb2.CheckpointSummary(
+            checkpoint_ref=outcome.ref,
+            task_id=run.task_id,
+            epoch=run.epoch,
+            seq=outcome.seq,
+            covers_journal_seq=outcome.covers_journal_seq,
+            label=reason[:128],
+            created_at_unix_ms=created,
+            stored_bytes=len(payload),
+            node_id=self.node_id,
+        )
+        run.checkpoint = summary
+        record = records_pb2.CheckpointRecord(
+            task_id=run.task_id,
+            epoch=run.epoch,
+            seq=outcome.seq,
+            covers_journal_seq=outcome.covers_journal_seq,
+            checkpoint_ref=outcome.ref,
+            label=reason[:128],
+            payload=payload,
+            encoding=records_pb2.PAYLOAD_ENCODING_RAW,
+            content_type=JSON,
+            decoded_bytes=len(payload),
+            created_at_unix_ms=created,
+            node_id=self.node_id,
+            incarnation=self.incarnation,
+        )
+        fut = await self.replicator.submit(
+            ReplicationItem(run.task_id, run.epoch, self.node_id, checkpoint=record)
+        )
+        self._track(run, fut, outcome.seq)
+        await self.reporter.progress(
+            run.task_id, run.epoch, checkpoint=summary, journal_seq=run.journal_seq
+        )
+        if run.durability == "replicated":
+            await self._await_replicated(run, fut)
+        self.metrics.checkpoint_seconds.labels(durability=run.durability).observe(
+            time.monotonic() - t0
+        )
+        self.metrics.checkpoint_bytes.observe(len(payload))
+        return outcome.seq
+
+    async def _record(self, run: _Run, event: Any) -> int:
+        payload = _encode(event, "journal event")
+        if len(payload) > self.max_payload_bytes:
+            raise ValueError(
+                f"journal event is {len(payload)} bytes, over the limit of {self.max_payload_bytes}"
+            )
+        try:
+            seq = await self.store.aio.append(run.task_id, payload, epoch=run.epoch)
+        except StaleEpoch as exc:
+            await self._lose(run, 0)
+            raise TaskCancelled(str(exc)) from exc
+        run.journal_seq = seq
+        fut = await self.replicator.submit(
+            ReplicationItem(
+                run.task_id,
+                run.epoch,
+                self.node_id,
+                events=(self._event_record(run, seq, run.epoch, payload, _wall_ms()),),
+            )
+        )
+        self._track(run, fut, 0, journal_seq=seq)
+        if run.durability == "replicated":
+            await self._await_replicated(run, fut)
+        return seq
+
+    def _progress(self, run: _Run, ratio: float, message: str) -> None:
+        if self._loop is None:
+            return
+        coro = self.reporter.progress(run.task_id, run.epoch, ratio=ratio, message=message)
+        task = asyncio.ensure_future(coro)
+        task.add_done_callback(_log_failure)
+
+    async def _await_replicated(self, run: _Run, fut: asyncio.Future[ReplicationResult]) -> None:
+        result = await asyncio.shield(fut)
+        if result.outcome is Outcome.STALE:
+            raise TaskCancelled(
+                f"task {run.task_id!r}: Redis refused epoch {run.epoch} "
+                f"(now at {result.current_epoch})"
+            )
+
+    def _track(
+        self,
+        run: _Run,
+        fut: asyncio.Future[ReplicationResult],
+        ckpt_seq: int,
+        *,
+        journal_seq: int = 0,
+    ) -> None:
+        run.pending.add(fut)
+
+        def done(f: asyncio.Future[ReplicationResult]) -> None:
+            run.pending.discard(f)
+            if f.cancelled():
+                return
+            exc = f.exception()
+            if exc is not None:
+                self.metrics.replication_errors.inc()
+                _log.warning("task %s: replication failed: %s", run.task_id, exc)
+                return
+            result = f.result()
+            if result.outcome is Outcome.STALE:
+                asyncio.ensure_future(self._lose(run, result.current_epoch)).add_done_callback(
+                    _log_failure
+                )
+                return
+            fields: dict[str, Any] = {}
+            if ckpt_seq:
+                fields["replicated_checkpoint_seq"] = ckpt_seq
+            if journal_seq:
+                fields["replicated_journal_seq"] = journal_seq
+            if fields:
+                asyncio.ensure_future(
+                    self.reporter.progress(run.task_id, run.epoch, **fields)
+                ).add_done_callback(_log_failure)
+
+        fut.add_done_callback(done)
+
+    async def _lose(self, run: _Run, current_epoch: int) -> None:
+        if run.lost:
+            return
+        run.lost = True
+        run.cancelled.set()
+        _log.warning(
+            "task %s: epoch %d was superseded in Redis (now %d); stopping it",
+            run.task_id,
+            run.epoch,
+            current_epoch,
+        )
+        await self.reporter.lost(run.task_id, run.epoch, current_epoch)
+
+    # ----------------------------------------------------------------- finish
+
+    async def _finish(
+        self,
+        run: _Run,
+        result: records_pb2.TaskResult | None,
+        error: records_pb2.TaskError | None,
+    ) -> None:
+        outcome = "completed" if result is not None else "failed"
+        self.metrics.tasks_finished.labels(outcome=outcome).inc()
+        if error is not None:
+            _log.info("task %s failed at epoch %d: %s", run.task_id, run.epoch, error.message[:300])
+        await self.reporter.finished(
+            run.task_id,
+            run.epoch,
+            result=result,
+            error=error,
+            final_checkpoint=run.checkpoint,
+            run_ms=int((time.monotonic() - run.started_s) * 1000),
+        )
+
+    def _error(
+        self,
+        run: _Run,
+        exc: BaseException,
+        *,
+        retryable: bool,
+        code: int = records_pb2.TASK_ERROR_CODE_HANDLER_ERROR,
+    ) -> records_pb2.TaskError:
+        err = self._error_text(run, f"{type(exc).__name__}: {exc}", code, retryable=retryable)
+        err.exception_type = type(exc).__qualname__
+        err.traceback = "".join(traceback.format_exception(exc))[-4000:]
+        return err
+
+    def _error_text(
+        self, run: _Run, message: str, code: int, *, retryable: bool
+    ) -> records_pb2.TaskError:
+        return records_pb2.TaskError(
+            code=code,  # type: ignore[arg-type]
+            message=message[:2000],
+            retryable=retryable,
+            node_id=self.node_id,
+            epoch=run.epoch,
+            attempt=run.attempt,
+            occurred_at_unix_ms=_wall_ms(),
+        )
+
+    # ------------------------------------------------------------------- stop
+
+    async def stop(self, task_id: str, epoch: int, *, flush: bool) -> None:
+        """Stop the task's handler at ``epoch`` and report it stopped (always reports)."""
+        run = self._runs.get(task_id)
+        if run is None or run.epoch != epoch:
+            await self.reporter.stopped(task_id, epoch, checkpoint=None, journal_seq=0)
+            return
+        run.stopping = True
+        run.cancelled.set()
+        task = run.task
+        if task is not None and not task.done():
+            task.cancel()
+            await asyncio.wait({task}, timeout=self.stop_grace_s)
+        if flush and run.pending:
+            pending = set(run.pending)
+            done, _ = await asyncio.wait(pending, timeout=self.flush_timeout_s)
+            if len(done) < len(pending):
+                _log.warning(
+                    "task %s: %d records not yet in Redis after %.1f s",
+                    task_id,
+                    len(pending) - len(done),
+                    self.flush_timeout_s,
+                )
+            elif run.checkpoint is not None:
+                run.checkpoint.replicated = True
+        if self._runs.get(task_id) is run:
+            del self._runs[task_id]
+        await self.reporter.stopped(
+            task_id, epoch, checkpoint=run.checkpoint, journal_seq=run.journal_seq
+        )
+
+    async def close(self) -> None:
+        """Cancel every handler (no reports) and release the thread pool."""
+        for run in list(self._runs.values()):
+            run.cancelled.set()
+            if run.task is not None:
+                run.task.cancel()
+        tasks = [r.task for r in self._runs.values() if r.task is not None]
+        if tasks:
+            await asyncio.wait(tasks, timeout=self.stop_grace_s)
+        self._runs.clear()
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    # ---------------------------------------------------------------- records
+
+    def _summary(self, run: _Run, ckpt: StoredCheckpoint) -> records_pb2.CheckpointSummary:
+        info = ckpt.info
+        return records_pb2.CheckpointSummary(
+            checkpoint_ref=info.ref,
+            task_id=run.task_id,
+            epoch=info.epoch,
+            seq=info.seq,
+            covers_journal_seq=info.covers_journal_seq,
+            terminal=info.terminal,
+            label=info.label,
+            created_at_unix_ms=info.created_at_ms,
+            stored_bytes=info.stored_bytes,
+            node_id=self.node_id,
+        )
+
+    def _checkpoint_record(self, run: _Run, ckpt: StoredCheckpoint) -> records_pb2.CheckpointRecord:
+        info = ckpt.info
+        return records_pb2.CheckpointRecord(
+            task_id=run.task_id,
+            epoch=info.epoch,
+            seq=info.seq,
+            covers_journal_seq=info.covers_journal_seq,
+            checkpoint_ref=info.ref,
+            terminal=info.terminal,
+            label=info.label,
+            payload=ckpt.payload,
+            encoding=records_pb2.PAYLOAD_ENCODING_RAW,
+            content_type=JSON,
+            decoded_bytes=len(ckpt.payload),
+            created_at_unix_ms=info.created_at_ms,
+            node_id=self.node_id,
+            incarnation=self.incarnation,
+        )
+
+    def _event_record(
+        self, run: _Run, seq: int, epoch: int, payload: bytes, created_ms: int
+    ) -> records_pb2.JournalEventRecord:
+        return records_pb2.JournalEventRecord(
+            task_id=run.task_id,
+            epoch=epoch,
+            seq=seq,
+            payload=payload,
+            content_type=JSON,
+            created_at_unix_ms=created_ms,
+            node_id=self.node_id,
+        )
+
+
+def _log_failure(task: asyncio.Future[Any]) -> None:
+    if task.cancelled():
+        return
+    exc = task.exception()
+    if exc is not None:
+        _log.error("background report failed: %r", exc)

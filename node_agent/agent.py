@@ -310,7 +310,10 @@ class NodeAgent:
                 self._call = call
                 async with self._lock:
                     hello = self.core.hello(self._now(), self._wall_ms())
-                await call.write(hello)
+                # A follower answers NotLeader and ends the call at once, maybe
+                # before our Hello is written: read on even when the write fails.
+                with contextlib.suppress(grpc.aio.AioRpcError, asyncio.InvalidStateError):
+                    await call.write(hello)
                 self._outbound = outbound
                 writer = asyncio.create_task(self._write_loop(call, outbound), name="agent-write")
                 try:

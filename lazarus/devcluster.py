@@ -1,0 +1,395 @@
+"""A whole Lazarus cluster on this machine: etcd, Redis, coordinators, node agents.
+
+Theory of operation: every part is a real process on 127.0.0.1 — etcd and
+redis-server from ``lazarus.localservers``, and ``lazarus coordinator`` /
+``lazarus node-agent`` children of this interpreter's ``lazarus`` script.
+Each child runs in its own session (a terminal's Ctrl-C reaches only us, and
+we stop them in order), writes its log to ``<run_dir>/<name>.log``, and is
+addressed by pid only. ``stop()`` sends SIGTERM (and SIGCONT, so a paused
+child can act on it), waits a bounded time, then SIGKILLs; an ``atexit`` hook
+kills whatever is left. Fault injection: ``kill`` (SIGKILL), ``terminate``
+(SIGTERM), ``pause`` / ``resume`` (SIGSTOP / SIGCONT), ``restart``.
+
+Used by the integration tests, ``lazarus dev`` and ``lazarus drill``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import grpc
+import grpc.aio
+
+from lazarus.localservers import EtcdCluster, EtcdServer, RedisServer, free_loopback_ports
+from lazarus.v1 import coordinator_pb2, coordinator_pb2_grpc, records_pb2
+
+__all__ = ["ChildProcess", "LocalCluster"]
+
+LAZARUS_BIN = str(Path(sys.executable).parent / "lazarus")
+"""The ``lazarus`` script next to this interpreter."""
+
+_LIVE: set[ChildProcess] = set()
+
+
+def _kill_leftovers() -> None:
+    for child in list(_LIVE):
+        child.kill()
+
+
+atexit.register(_kill_leftovers)
+
+
+@dataclass(eq=False)
+class ChildProcess:
+    """One ``lazarus`` child process, restartable with the same arguments.
+
+    Attributes:
+        name: e.g. ``coordinator-0``, ``agent-2``; its log is ``<log_dir>/<name>.log``.
+        argv: the command line.
+        log_path: where stdout and stderr go (appended across restarts).
+        env: extra environment variables.
+    """
+
+    name: str
+    argv: list[str]
+    log_path: Path
+    env: dict[str, str] = field(default_factory=dict)
+    popen: subprocess.Popen[bytes] | None = None
+    starts: int = 0
+
+    @property
+    def pid(self) -> int | None:
+        """The running child's pid, or None."""
+        return self.popen.pid if self.alive and self.popen is not None else None
+
+    @property
+    def alive(self) -> bool:
+        """True while the child has not exited."""
+        return self.popen is not None and self.popen.poll() is None
+
+    def start(self) -> ChildProcess:
+        """Launch (again). Raises RuntimeError when it is already running."""
+        if self.alive:
+            raise RuntimeError(f"{self.name} is already running (pid {self.pid})")
+        env = {**os.environ, **self.env}
+        with self.log_path.open("ab") as log:
+            self.popen = subprocess.Popen(
+                self.argv,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=env,
+                start_new_session=True,
+            )
+        self.starts += 1
+        _LIVE.add(self)
+        return self
+
+    def signal(self, sig: signal.Signals) -> None:
+        """Send ``sig`` to the child (only while it is unreaped)."""
+        if self.popen is not None and self.popen.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.popen.pid, sig)
+
+    def kill(self) -> None:
+        """SIGKILL and reap."""
+        if self.popen is None:
+            return
+        self.signal(signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.popen.wait(timeout=10)
+        _LIVE.discard(self)
+
+    def pause(self) -> None:
+        """SIGSTOP."""
+        self.signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """SIGCONT."""
+        self.signal(signal.SIGCONT)
+
+    def terminate(self, timeout_s: float = 10.0) -> int | None:
+        """SIGTERM (+SIGCONT), wait up to ``timeout_s``, then SIGKILL; return the exit status."""
+        if self.popen is None:
+            return None
+        self.signal(signal.SIGTERM)
+        self.signal(signal.SIGCONT)
+        try:
+            code = self.popen.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            code = self.popen.returncode
+        _LIVE.discard(self)
+        return code
+
+    def log_tail(self, lines: int = 30) -> str:
+        """The last lines of its log."""
+        try:
+            text = self.log_path.read_text(errors="replace").splitlines()
+        except OSError:
+            return ""
+        return "\n".join(text[-lines:])
+
+
+class LocalCluster:
+    """etcd + Redis + ``coordinators`` coordinators + ``agents`` node agents on loopback.
+
+    Args:
+        run_dir: directory for every log, store and data dir (created).
+        coordinators: coordinator replicas (>= 1).
+        agents: node agents (>= 0).
+        etcd_members: 1 or 3 etcd members.
+        cluster: cluster name.
+        agent_args: extra ``lazarus node-agent`` arguments for every agent.
+        coordinator_args: extra ``lazarus coordinator`` arguments.
+        env: extra environment for the children.
+    """
+
+    def __init__(
+        self,
+        run_dir: Path,
+        *,
+        coordinators: int = 3,
+        agents: int = 3,
+        etcd_members: int = 1,
+        cluster: str = "dev",
+        agent_args: Sequence[str] = (),
+        coordinator_args: Sequence[str] = (),
+        env: dict[str, str] | None = None,
+    ) -> None:
+        if coordinators < 1:
+            raise ValueError(f"coordinators: must be >= 1, got {coordinators}")
+        if agents < 0:
+            raise ValueError(f"agents: must be >= 0, got {agents}")
+        if etcd_members not in (1, 3):
+            raise ValueError(f"etcd_members: must be 1 or 3, got {etcd_members}")
+        self.run_dir = Path(run_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.cluster = cluster
+        self.n_coordinators = coordinators
+        self.n_agents = agents
+        self.etcd_members = etcd_members
+        self.agent_args = list(agent_args)
+        self.coordinator_args = list(coordinator_args)
+        self.env = {"PYTHONUNBUFFERED": "1", **(env or {})}
+        self.etcd: EtcdServer | EtcdCluster | None = None
+        self.redis: RedisServer | None = None
+        self.coordinators: list[ChildProcess] = []
+        self.agents: list[ChildProcess] = []
+        self.coordinator_addresses: list[str] = []
+        self.coordinator_metrics: list[str] = []
+        self.agent_metrics: list[str] = []
+
+    # ---------------------------------------------------------------- parts
+
+    @property
+    def etcd_endpoints(self) -> list[str]:
+        """host:port of each etcd member."""
+        if isinstance(self.etcd, EtcdCluster):
+            return [str(e) for e in self.etcd.endpoints]
+        if isinstance(self.etcd, EtcdServer):
+            return [str(self.etcd.endpoint)]
+        return []
+
+    @property
+    def redis_url(self) -> str:
+        """``redis://127.0.0.1:<port>/0``."""
+        if self.redis is None:
+            raise RuntimeError("redis is not started")
+        return f"redis://{self.redis.endpoint}/0"
+
+    def start_stores(self) -> None:
+        """Start etcd and Redis (idempotent)."""
+        if self.etcd is None:
+            if self.etcd_members == 3:
+                self.etcd = EtcdCluster(3, base_dir=self.run_dir)
+            else:
+                self.etcd = EtcdServer(data_dir=self.run_dir / "etcd")
+            self.etcd.start()
+        if self.redis is None:
+            self.redis = RedisServer(data_dir=self.run_dir / "redis").start()
+
+    def add_coordinator(self) -> ChildProcess:
+        """Create and start one more coordinator replica."""
+        index = len(self.coordinators)
+        address, metrics = (f"127.0.0.1:{p}" for p in free_loopback_ports(2))
+        endpoints = self.etcd_endpoints
+        child = ChildProcess(
+            f"coordinator-{index}",
+            [
+                LAZARUS_BIN,
+                "coordinator",
+                "--cluster",
+                self.cluster,
+                "--member-id",
+                f"coordinator-{index}",
+                "--listen",
+                address,
+                "--etcd-endpoint",
+                endpoints[index % len(endpoints)],
+                "--metrics-listen",
+                metrics,
+                *self.coordinator_args,
+            ],
+            self.run_dir / f"coordinator-{index}.log",
+            dict(self.env),
+        )
+        self.coordinators.append(child)
+        self.coordinator_addresses.append(address)
+        self.coordinator_metrics.append(f"http://{metrics}/metrics")
+        return child.start()
+
+    def add_agent(self, *extra: str) -> ChildProcess:
+        """Create and start one more node agent ``agent-<i>`` (data dir ``<run_dir>/agent-<i>``)."""
+        index = len(self.agents)
+        (metrics_port,) = free_loopback_ports(1)
+        child = ChildProcess(
+            f"agent-{index}",
+            [
+                LAZARUS_BIN,
+                "node-agent",
+                "--node-id",
+                f"agent-{index}",
+                "--coordinators",
+                ",".join(self.coordinator_addresses),
+                "--data-dir",
+                str(self.run_dir / f"agent-{index}"),
+                "--redis-url",
+                self.redis_url,
+                "--metrics-listen",
+                f"127.0.0.1:{metrics_port}",
+                *self.agent_args,
+                *extra,
+            ],
+            self.run_dir / f"agent-{index}.log",
+            dict(self.env),
+        )
+        self.agents.append(child)
+        self.agent_metrics.append(f"http://127.0.0.1:{metrics_port}/metrics")
+        return child.start()
+
+    def start(self) -> LocalCluster:
+        """Start the stores, the coordinators and the agents (does not wait; see ``ready``)."""
+        self.start_stores()
+        for _ in range(self.n_coordinators):
+            self.add_coordinator()
+        for _ in range(self.n_agents):
+            self.add_agent()
+        return self
+
+    def stop(self) -> None:
+        """Stop agents, then coordinators (SIGTERM, bounded), then Redis and etcd."""
+        for child in [*self.agents, *self.coordinators]:
+            child.signal(signal.SIGCONT)
+        for child in self.agents:
+            child.terminate(10.0)
+        for child in self.coordinators:
+            child.terminate(10.0)
+        if self.redis is not None:
+            self.redis.stop()
+        if self.etcd is not None:
+            self.etcd.stop()
+
+    def __enter__(self) -> LocalCluster:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # ------------------------------------------------------------ API helpers
+
+    def channel(self, index: int | None = None) -> grpc.aio.Channel:
+        """An insecure channel to a coordinator (any replica serves the API)."""
+        address = self.coordinator_addresses[index or 0]
+        return grpc.aio.insecure_channel(address)
+
+    async def call(self, method: str, request: Any, *, timeout_s: float = 5.0) -> Any:
+        """Call a CoordinatorService RPC on any live replica, trying each in turn.
+
+        Raises:
+            grpc.aio.AioRpcError: every replica failed; the last error.
+        """
+        last: grpc.aio.AioRpcError | None = None
+        for index, child in enumerate(self.coordinators):
+            if not child.alive:
+                continue
+            async with self.channel(index) as channel:
+                stub = coordinator_pb2_grpc.CoordinatorServiceStub(channel)  # type: ignore[no-untyped-call]
+                try:
+                    return await getattr(stub, method)(request, timeout=timeout_s)
+                except grpc.aio.AioRpcError as exc:
+                    last = exc
+                    if exc.code() not in (
+                        grpc.StatusCode.UNAVAILABLE,
+                        grpc.StatusCode.DEADLINE_EXCEEDED,
+                    ):
+                        raise
+        if last is not None:
+            raise last
+        raise RuntimeError("no coordinator is running")
+
+    async def ready(self, timeout_s: float = 30.0) -> None:
+        """Wait until a leader serves and every running agent is ALIVE.
+
+        Raises:
+            TimeoutError: not ready in time (the message says what was missing).
+        """
+        want = {c.name for c in self.agents if c.alive}
+        deadline = time.monotonic() + timeout_s
+        missing: set[str] = set(want)
+        while time.monotonic() < deadline:
+            try:
+                nodes = await self.list_nodes()
+            except (grpc.aio.AioRpcError, RuntimeError):
+                await asyncio.sleep(0.2)
+                continue
+            alive = {n.node_id for n in nodes if n.state == records_pb2.NODE_STATE_ALIVE}
+            missing = want - alive
+            if not missing:
+                return
+            await asyncio.sleep(0.2)
+        raise TimeoutError(f"cluster not ready after {timeout_s} s: agents not ALIVE: {missing}")
+
+    async def list_nodes(self) -> list[records_pb2.NodeRecord]:
+        """Every node record (one page of up to 1,000)."""
+        reply = await self.call("ListNodes", coordinator_pb2.ListNodesRequest(page_size=1000))
+        return [info.record for info in reply.nodes]
+
+    async def list_tasks(self) -> list[records_pb2.TaskRecord]:
+        """Every task record, all pages."""
+        tasks: list[records_pb2.TaskRecord] = []
+        token = ""
+        while True:
+            reply = await self.call(
+                "ListTasks", coordinator_pb2.ListTasksRequest(page_size=1000, page_token=token)
+            )
+            tasks.extend(reply.tasks)
+            token = reply.next_page_token
+            if not token:
+                return tasks
+
+    async def submit(
+        self, request_id: str, kind: str, payload: bytes, **spec: Any
+    ) -> records_pb2.TaskRecord:
+        """Submit a task (idempotent on ``request_id``); returns its record."""
+        reply = await self.call(
+            "SubmitTask",
+            coordinator_pb2.SubmitTaskRequest(
+                request_id=request_id,
+                spec=records_pb2.TaskSpec(
+                    kind=kind, payload=payload, content_type="application/json", **spec
+                ),
+            ),
+        )
+        return reply.task  # type: ignore[no-any-return]

@@ -11,7 +11,11 @@ __all__ = ["JsonFormatter", "configure_logging"]
 
 
 class JsonFormatter(logging.Formatter):
-    """Format a record as one JSON line: ts (Unix s), level, logger, msg, and exc."""
+    """Format a record as one JSON line: ts (Unix s), level, logger, msg, fields, exc.
+
+    ``fields`` holds the dict passed as ``extra={"lazarus": {...}}``: machine-
+    readable facts (ids, seqs, wall times) that tests and drills parse.
+    """
 
     def format(self, record: logging.LogRecord) -> str:
         """Return the JSON line of ``record``."""
@@ -21,6 +25,9 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "msg": record.getMessage(),
         }
+        fields = getattr(record, "lazarus", None)
+        if isinstance(fields, dict):
+            out["fields"] = fields
         if record.exc_info:
             out["exc"] = self.formatException(record.exc_info)
         return json.dumps(out, ensure_ascii=False)

@@ -31,6 +31,8 @@ from typing import Any
 import grpc
 import grpc.aio
 import redis.asyncio as aioredis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
 from tenacity import wait_random_exponential
 
 from lazarus import __version__
@@ -161,7 +163,7 @@ class NodeAgent:
         kwargs: dict[str, Any] = {
             "socket_timeout": 2.0,
             "socket_connect_timeout": 2.0,
-            "retry_on_timeout": False,
+            "retry": Retry(NoBackoff(), 0),  # the Replicator retries, with backoff and order
         }
         if s.redis_password:
             kwargs["password"] = s.redis_password
@@ -442,6 +444,33 @@ class NodeAgent:
     async def started(
         self, task_id: str, epoch: int, started: agent_pb2.TaskUpdate.Started
     ) -> None:
+        resumed = started.resumed_from if started.HasField("resumed_from") else None
+        fields = {
+            "event": "task_started",
+            "task_id": task_id,
+            "epoch": epoch,
+            "source": "redis"
+            if started.location == records_pb2.CHECKPOINT_LOCATION_REDIS
+            else "local",
+            "checkpoint_seq": resumed.seq if resumed else 0,
+            "covers_journal_seq": resumed.covers_journal_seq if resumed else 0,
+            "replayed_journal_events": started.replayed_journal_events,
+            "restore_ms": started.restore_ms,
+        }
+        if resumed is not None or started.replayed_journal_events:
+            _log.info(
+                "task %s resumed at epoch %d from %s checkpoint seq %d + %d journal events "
+                "(restore %d ms)",
+                task_id,
+                epoch,
+                fields["source"],
+                fields["checkpoint_seq"],
+                started.replayed_journal_events,
+                started.restore_ms,
+                extra={"lazarus": fields},
+            )
+        else:
+            _log.info("task %s started at epoch %d", task_id, epoch, extra={"lazarus": fields})
         async with self._lock:
             await self._execute(self.core.task_started(task_id, epoch, started, self._wall_ms()))
 

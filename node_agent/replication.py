@@ -1,0 +1,897 @@
+"""Replicate task checkpoints and journal events to Redis, fenced by epoch.
+
+Theory of operation
+-------------------
+Every key of a task shares the hash tag ``{<task_id>}`` so Redis Cluster keeps
+them in one slot (DESIGN.md §3)::
+
+    <prefix>:{T}:head     hash: epoch (the fence), ckpt_seq, ckpt_epoch, covers,
+                          journal_seq, node_id, updated_ms
+    <prefix>:{T}:ckpt     string: the newest CheckpointRecord, serialized
+    <prefix>:{T}:journal  sorted set: JournalEventRecord bytes scored by seq,
+                          only events after head.covers
+    <prefix>:{T}:jepoch   hash: seq -> epoch of the event stored at that seq
+
+One Lua script (:data:`REPLICATE_LUA`, run with EVALSHA through redis-py's
+``register_script``) makes each write atomic per task. The epoch is a fencing
+token as in Kleppmann, "How to do distributed locking" (2016): a write whose
+epoch is below ``head.epoch`` changes nothing and answers STALE. Writes are
+idempotent per (epoch, seq), so a batch whose reply was lost can be sent again.
+``claim`` raises the fence before a new owner reads the resume state, so an
+old owner's later writes are refused (no race between read and first write).
+
+:class:`RedisCheckpointReplica` is the thin adapter (one call, one round
+trip). :class:`Replicator` is the node agent's background shipper: a FIFO of
+:class:`ReplicationItem` bounded by ``max_backlog`` records, shipped in
+pipelined batches (one EVALSHA per item; a pipeline runs its commands in order
+on one connection, so per-task order holds), retried with jittered exponential
+backoff while Redis is unreachable, coalesced when a newer checkpoint of the
+same epoch covers everything queued before it.
+
+Ordering rule: an item's events are written before its checkpoint, and an item
+is written only after every earlier item of its task was acknowledged (or
+merged into a later one, see :func:`absorbs`). Hence Redis always holds a
+consistent prefix of the task's history: a checkpoint plus journal events
+after its covers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import redis.asyncio
+import redis.exceptions
+from tenacity import (
+    AsyncRetrying,
+    RetryCallState,
+    retry_if_exception_type,
+    stop_never,
+    wait_random_exponential,
+)
+
+from lazarus.v1 import records_pb2
+from node_agent.checkpoint.errors import CorruptedRecord, InvalidArgument
+
+__all__ = [
+    "DEFAULT_PREFIX",
+    "MAX_SAFE_INT",
+    "REPLICATE_LUA",
+    "RETRYABLE_ERRORS",
+    "CheckpointReplica",
+    "Outcome",
+    "RedisCheckpointReplica",
+    "RemoteState",
+    "ReplicationItem",
+    "ReplicationObserver",
+    "ReplicationResult",
+    "Replicator",
+    "ReplicatorClosed",
+    "absorbs",
+    "task_keys",
+]
+
+_log = logging.getLogger("lazarus.replication")
+
+DEFAULT_PREFIX = "lazarus"
+"""Key prefix of every replicated key."""
+
+MAX_SAFE_INT = 2**53 - 1
+"""Largest epoch / seq accepted: Lua numbers and zset scores are doubles."""
+
+_MAX_TASK_ID_BYTES = 256
+
+RETRYABLE_ERRORS: tuple[type[BaseException], ...] = (
+    redis.exceptions.ConnectionError,
+    redis.exceptions.TimeoutError,
+    redis.exceptions.NoScriptError,
+    redis.exceptions.ReadOnlyError,
+    ConnectionError,
+    TimeoutError,
+)
+"""Errors after which a batch is kept and sent again (never a lost item)."""
+
+
+# ---------------------------------------------------------------- Lua
+
+REPLICATE_LUA = r"""
+-- KEYS: 1 head (hash), 2 ckpt (string), 3 journal (zset seq -> record),
+--       4 jepoch (hash seq -> epoch)
+-- ARGV: op ('write' | 'claim'), epoch, node_id, now_ms,
+--       [write] n_events, n x (seq, epoch, record), has_ckpt ('0'|'1'),
+--               [has_ckpt] ckpt_seq, ckpt_epoch, covers, record
+-- Numbers arrive as canonical decimal strings and are stored as given (no
+-- tostring of a double). Reply: {status, current_epoch} as strings.
+local head, ckpt, journal, jepoch = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local op, epoch_s, node_id, now_ms = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local epoch = tonumber(epoch_s)
+local head_epoch_s = redis.call('HGET', head, 'epoch')
+local head_epoch = tonumber(head_epoch_s or '0')
+if epoch < head_epoch then
+  return {'STALE', head_epoch_s}
+end
+local raised = epoch > head_epoch
+
+if op == 'claim' then
+  if raised then
+    redis.call('HSET', head, 'epoch', epoch_s, 'node_id', node_id, 'updated_ms', now_ms)
+    return {'OK', epoch_s}
+  end
+  return {'DUPLICATE', epoch_s}
+end
+if op ~= 'write' then
+  return redis.error_reply('unknown op ' .. tostring(op))
+end
+
+local covers = tonumber(redis.call('HGET', head, 'covers') or '0')
+local journal_seq_s = redis.call('HGET', head, 'journal_seq') or '0'
+local journal_seq = tonumber(journal_seq_s)
+local changed = false
+local n = tonumber(ARGV[5])
+local i = 6
+for _ = 1, n do
+  local seq_s, ev_epoch_s, rec = ARGV[i], ARGV[i + 1], ARGV[i + 2]
+  i = i + 3
+  local seq, ev_epoch = tonumber(seq_s), tonumber(ev_epoch_s)
+  if seq > covers then
+    local stored = redis.call('HGET', jepoch, seq_s)
+    if (not stored) or tonumber(stored) < ev_epoch then
+      if stored then
+        redis.call('ZREMRANGEBYSCORE', journal, seq_s, seq_s)
+      end
+      redis.call('ZADD', journal, seq_s, rec)
+      redis.call('HSET', jepoch, seq_s, ev_epoch_s)
+      if seq > journal_seq then
+        journal_seq, journal_seq_s = seq, seq_s
+      end
+      changed = true
+    end
+  end
+end
+
+if ARGV[i] == '1' then
+  local c_seq_s, c_epoch_s, c_covers_s, c_rec = ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4]
+  local c_seq, c_epoch, c_covers = tonumber(c_seq_s), tonumber(c_epoch_s), tonumber(c_covers_s)
+  local s_seq = tonumber(redis.call('HGET', head, 'ckpt_seq') or '0')
+  local s_epoch = tonumber(redis.call('HGET', head, 'ckpt_epoch') or '0')
+  if c_epoch > s_epoch or (c_epoch == s_epoch and c_seq > s_seq) then
+    redis.call('SET', ckpt, c_rec)
+    redis.call('ZREMRANGEBYSCORE', journal, '-inf', c_covers_s)
+    local fields = redis.call('HKEYS', jepoch)
+    for _, f in ipairs(fields) do
+      if tonumber(f) <= c_covers then
+        redis.call('HDEL', jepoch, f)
+      end
+    end
+    redis.call('HSET', head, 'ckpt_seq', c_seq_s, 'ckpt_epoch', c_epoch_s, 'covers', c_covers_s)
+    if c_covers > journal_seq then
+      journal_seq, journal_seq_s = c_covers, c_covers_s
+    end
+    changed = true
+  end
+end
+
+if changed or raised then
+  redis.call('HSET', head, 'epoch', epoch_s, 'journal_seq', journal_seq_s,
+             'node_id', node_id, 'updated_ms', now_ms)
+end
+if changed then
+  return {'OK', epoch_s}
+end
+return {'DUPLICATE', epoch_s}
+"""
+
+
+def task_keys(task_id: str, prefix: str = DEFAULT_PREFIX) -> tuple[str, str, str, str]:
+    """The Redis keys of one task, all in the hash slot of ``{task_id}``.
+
+    Returns:
+        ``(head, ckpt, journal, jepoch)`` key names.
+    """
+    base = f"{prefix}:{{{task_id}}}"
+    return f"{base}:head", f"{base}:ckpt", f"{base}:journal", f"{base}:jepoch"
+
+
+# ---------------------------------------------------------------- values
+
+
+class Outcome(enum.Enum):
+    """What a fenced write (or claim) did.
+
+    OK: something new was stored (or the fence was raised by ``claim``).
+    DUPLICATE: every part was already stored at that (epoch, seq); nothing changed
+        but possibly the fence.
+    STALE: the writer's epoch is below the stored fence; nothing was written.
+    """
+
+    OK = "OK"
+    DUPLICATE = "DUPLICATE"
+    STALE = "STALE"
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicationResult:
+    """Reply of one write or claim.
+
+    Attributes:
+        outcome: see :class:`Outcome`.
+        current_epoch: the task's fence after the call (the higher stored epoch on STALE).
+    """
+
+    outcome: Outcome
+    current_epoch: int
+
+
+def _check_id(name: str, value: str) -> None:
+    if not value:
+        raise InvalidArgument(name, "must not be empty")
+    if len(value.encode("utf-8")) > _MAX_TASK_ID_BYTES:
+        raise InvalidArgument(name, f"longer than {_MAX_TASK_ID_BYTES} UTF-8 bytes")
+    if any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in value):
+        raise InvalidArgument(name, "contains a control character")
+
+
+def _check_int(name: str, value: int, low: int) -> None:
+    if not low <= value <= MAX_SAFE_INT:
+        raise InvalidArgument(name, f"{value} is outside {low}..{MAX_SAFE_INT}")
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicationItem:
+    """One unit of replication for one task: journal events, then maybe a checkpoint.
+
+    Validated on construction; the records are not copied, do not mutate them
+    after submitting.
+
+    Attributes:
+        task_id: the task; 1..256 UTF-8 bytes, no control characters.
+        epoch: the writer's epoch (fencing token), 1..2**53-1.
+        node_id: the writing node agent; non-empty.
+        events: journal events in strictly increasing ``seq`` (>= 1), each with
+            ``task_id`` equal to this item's and ``1 <= epoch <= self.epoch``.
+        checkpoint: the checkpoint covering journal events up to its
+            ``covers_journal_seq``, or None; same constraints on task_id/epoch,
+            ``seq >= 1``.
+
+    Raises:
+        InvalidArgument: (a ValueError) naming the offending field, e.g.
+            ``"events[2].seq"``; also when both events and checkpoint are empty.
+    """
+
+    task_id: str
+    epoch: int
+    node_id: str
+    events: tuple[records_pb2.JournalEventRecord, ...] = ()
+    checkpoint: records_pb2.CheckpointRecord | None = None
+
+    def __post_init__(self) -> None:
+        _check_id("task_id", self.task_id)
+        _check_id("node_id", self.node_id)
+        _check_int("epoch", self.epoch, 1)
+        if not self.events and self.checkpoint is None:
+            raise InvalidArgument("events", "nothing to replicate (no events, no checkpoint)")
+        previous = 0
+        for k, ev in enumerate(self.events):
+            name = f"events[{k}]"
+            if ev.task_id != self.task_id:
+                raise InvalidArgument(f"{name}.task_id", f"{ev.task_id!r} != {self.task_id!r}")
+            _check_int(f"{name}.seq", ev.seq, 1)
+            _check_int(f"{name}.epoch", ev.epoch, 1)
+            if ev.epoch > self.epoch:
+                raise InvalidArgument(f"{name}.epoch", f"{ev.epoch} > writer epoch {self.epoch}")
+            if ev.seq <= previous:
+                raise InvalidArgument(f"{name}.seq", f"{ev.seq} is not after {previous}")
+            previous = ev.seq
+        c = self.checkpoint
+        if c is not None:
+            if c.task_id != self.task_id:
+                raise InvalidArgument("checkpoint.task_id", f"{c.task_id!r} != {self.task_id!r}")
+            _check_int("checkpoint.seq", c.seq, 1)
+            _check_int("checkpoint.epoch", c.epoch, 1)
+            _check_int("checkpoint.covers_journal_seq", c.covers_journal_seq, 0)
+            if c.epoch > self.epoch:
+                raise InvalidArgument("checkpoint.epoch", f"{c.epoch} > writer epoch {self.epoch}")
+
+    @property
+    def records(self) -> int:
+        """Number of records carried: events plus one for a checkpoint."""
+        return len(self.events) + (1 if self.checkpoint is not None else 0)
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteState:
+    """What Redis holds of a task (read atomically with MULTI/EXEC).
+
+    Attributes:
+        task_id: the task.
+        epoch: the fence: highest epoch that claimed or wrote the task.
+        ckpt_seq: seq of the newest checkpoint, 0 when none.
+        ckpt_epoch: epoch of the newest checkpoint, 0 when none.
+        covers_journal_seq: newest checkpoint's covers_journal_seq, 0 when none.
+        journal_seq: highest journal seq replicated (stored or covered), 0 when none.
+        node_id: last writer (or claimer).
+        updated_unix_ms: time of the last change, writer's wall clock, Unix ms.
+        checkpoint: the newest checkpoint, or None.
+        events: journal events after ``covers_journal_seq``, in seq order. An
+            event's epoch may be lower than a preceding one's when a new owner
+            overwrote only part of a fenced owner's tail.
+    """
+
+    task_id: str
+    epoch: int
+    ckpt_seq: int
+    ckpt_epoch: int
+    covers_journal_seq: int
+    journal_seq: int
+    node_id: str
+    updated_unix_ms: int
+    checkpoint: records_pb2.CheckpointRecord | None
+    events: tuple[records_pb2.JournalEventRecord, ...] = field(default=())
+
+
+# ---------------------------------------------------------------- adapter
+
+
+def _wall_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8") if isinstance(value, bytes) else str(value)
+
+
+def _parse_reply(reply: Any) -> ReplicationResult:
+    if not isinstance(reply, list) or len(reply) != 2:
+        raise redis.exceptions.ResponseError(f"unexpected replication script reply {reply!r}")
+    return ReplicationResult(Outcome(_text(reply[0])), int(_text(reply[1])))
+
+
+class CheckpointReplica(Protocol):
+    """What :class:`Replicator` needs of a replica (tests pass a fake)."""
+
+    async def write_many(
+        self, items: Sequence[ReplicationItem]
+    ) -> list[ReplicationResult | Exception]:
+        """Write items in order in one round trip; see :meth:`RedisCheckpointReplica.write_many`."""
+        ...
+
+
+class RedisCheckpointReplica:
+    """Fenced, idempotent writes of task checkpoints and journal events to Redis.
+
+    Atomicity per call comes from Redis running a Lua script (EVALSHA) as one
+    command; fencing follows Kleppmann's fencing tokens with the task's epoch.
+    A NOSCRIPT reply (script cache emptied by a restart) is handled by
+    redis-py's script object, which loads the script and retries.
+
+    Args:
+        client: a ``redis.asyncio.Redis`` (bytes replies, ``decode_responses=False``).
+        prefix: key prefix, default ``"lazarus"``.
+        now_ms: wall clock for ``head.updated_ms``, Unix ms.
+    """
+
+    def __init__(
+        self,
+        client: redis.asyncio.Redis,
+        *,
+        prefix: str = DEFAULT_PREFIX,
+        now_ms: Callable[[], int] = _wall_ms,
+    ) -> None:
+        if not prefix:
+            raise InvalidArgument("prefix", "must not be empty")
+        self._client = client
+        self._prefix = prefix
+        self._now_ms = now_ms
+        self._script = client.register_script(REPLICATE_LUA)
+
+    @property
+    def prefix(self) -> str:
+        """The key prefix."""
+        return self._prefix
+
+    def keys(self, task_id: str) -> tuple[str, str, str, str]:
+        """``(head, ckpt, journal, jepoch)`` key names of a task."""
+        return task_keys(task_id, self._prefix)
+
+    def _write_args(self, item: ReplicationItem) -> list[str | bytes]:
+        args: list[str | bytes] = [
+            "write",
+            str(item.epoch),
+            item.node_id,
+            str(self._now_ms()),
+            str(len(item.events)),
+        ]
+        for ev in item.events:
+            args += [str(ev.seq), str(ev.epoch), ev.SerializeToString(deterministic=True)]
+        c = item.checkpoint
+        if c is None:
+            args.append("0")
+        else:
+            args += [
+                "1",
+                str(c.seq),
+                str(c.epoch),
+                str(c.covers_journal_seq),
+                c.SerializeToString(deterministic=True),
+            ]
+        return args
+
+    async def write(self, item: ReplicationItem) -> ReplicationResult:
+        """Write one item atomically (events first, then the checkpoint).
+
+        Lua semantics: epoch below the fence → nothing written, STALE. An event
+        already stored at its seq with the same (or a newer) epoch is skipped;
+        one stored at an older epoch is overwritten; one at or below the stored
+        covers is skipped. A checkpoint not newer by (epoch, seq) than the stored
+        one is skipped; a newer one replaces it and deletes events <= its covers.
+
+        Returns:
+            OK when something new was stored, DUPLICATE otherwise, or STALE.
+
+        Raises:
+            redis.exceptions.ConnectionError, redis.exceptions.TimeoutError:
+                Redis unreachable; the write may or may not have happened (safe to repeat).
+            redis.exceptions.ResponseError: the script failed.
+        """
+        reply = await self._script(keys=self.keys(item.task_id), args=self._write_args(item))
+        return _parse_reply(reply)
+
+    async def write_many(
+        self, items: Sequence[ReplicationItem]
+    ) -> list[ReplicationResult | Exception]:
+        """Write items in one pipelined round trip (not a transaction; one EVALSHA each).
+
+        The pipeline loads the script first when the server lacks it (after a
+        restart). Commands run in order on one connection, so items of one
+        task apply in the given order.
+
+        Returns:
+            One entry per item: its result, or the ``ResponseError`` it got
+            (e.g. ``NoScriptError`` if the cache was flushed mid-batch).
+
+        Raises:
+            redis.exceptions.ConnectionError, redis.exceptions.TimeoutError:
+                the batch as a whole failed; any prefix of it may have been applied.
+        """
+        if not items:
+            return []
+        async with self._client.pipeline(transaction=False) as pipe:
+            for item in items:
+                await self._script(
+                    keys=self.keys(item.task_id), args=self._write_args(item), client=pipe
+                )
+            replies = await pipe.execute(raise_on_error=False)
+        out: list[ReplicationResult | Exception] = []
+        for reply in replies:
+            if isinstance(reply, Exception):
+                out.append(reply)
+            else:
+                try:
+                    out.append(_parse_reply(reply))
+                except (ValueError, redis.exceptions.ResponseError) as e:
+                    out.append(e)
+        return out
+
+    async def claim(self, task_id: str, epoch: int, node_id: str = "") -> ReplicationResult:
+        """Raise a task's fence to ``epoch`` before reading its resume state.
+
+        Args:
+            task_id: the task.
+            epoch: the new owner's epoch, >= 1.
+            node_id: the claiming node, recorded as head.node_id when the fence rises.
+
+        Returns:
+            OK when the fence rose, DUPLICATE when it already was ``epoch``,
+            STALE (with the higher fence) when ``epoch`` is lower.
+
+        Raises:
+            InvalidArgument: empty task_id, epoch < 1.
+            redis.exceptions.RedisError: as for :meth:`write`.
+        """
+        _check_id("task_id", task_id)
+        _check_int("epoch", epoch, 1)
+        reply = await self._script(
+            keys=self.keys(task_id),
+            args=["claim", str(epoch), node_id, str(self._now_ms())],
+        )
+        return _parse_reply(reply)
+
+    async def load(self, task_id: str) -> RemoteState | None:
+        """Read the newest checkpoint and the journal events after it, atomically.
+
+        Returns:
+            The state, or None when Redis holds nothing of the task.
+
+        Raises:
+            InvalidArgument: empty task_id.
+            CorruptedRecord: a stored record does not parse (maps to DATA_LOSS).
+            redis.exceptions.RedisError: Redis unreachable or failed.
+        """
+        _check_id("task_id", task_id)
+        head_key, ckpt_key, journal_key, _ = self.keys(task_id)
+        async with self._client.pipeline(transaction=True) as pipe:
+            pipe.hgetall(head_key)
+            pipe.get(ckpt_key)
+            pipe.zrange(journal_key, 0, -1)
+            head_raw, ckpt_raw, journal_raw = await pipe.execute()
+        if not head_raw and ckpt_raw is None and not journal_raw:
+            return None
+        head = {_text(k): _text(v) for k, v in head_raw.items()}
+
+        def num(name: str) -> int:
+            return int(head.get(name, "0") or "0")
+
+        checkpoint: records_pb2.CheckpointRecord | None = None
+        if ckpt_raw is not None:
+            checkpoint = records_pb2.CheckpointRecord()
+            try:
+                checkpoint.ParseFromString(ckpt_raw)
+            except Exception as e:
+                raise CorruptedRecord(f"replicated checkpoint of {task_id!r}", str(e)) from e
+        events: list[records_pb2.JournalEventRecord] = []
+        for k, raw in enumerate(journal_raw):
+            ev = records_pb2.JournalEventRecord()
+            try:
+                ev.ParseFromString(raw)
+            except Exception as e:
+                raise CorruptedRecord(f"replicated journal event {k} of {task_id!r}", str(e)) from e
+            events.append(ev)
+        return RemoteState(
+            task_id=task_id,
+            epoch=num("epoch"),
+            ckpt_seq=num("ckpt_seq"),
+            ckpt_epoch=num("ckpt_epoch"),
+            covers_journal_seq=num("covers"),
+            journal_seq=num("journal_seq"),
+            node_id=head.get("node_id", ""),
+            updated_unix_ms=num("updated_ms"),
+            checkpoint=checkpoint,
+            events=tuple(events),
+        )
+
+
+# ---------------------------------------------------------------- coalescing
+
+
+def absorbs(newer: ReplicationItem, older: ReplicationItem) -> bool:
+    """Whether ``newer`` (queued later) makes ``older`` redundant, so ``older`` can merge into it.
+
+    True only when ``newer`` carries a checkpoint, both are of the same task
+    and writer epoch, every event of ``older`` has ``seq <= covers_journal_seq``
+    of that checkpoint (Redis would delete them when it lands anyway) and
+    ``older``'s checkpoint, if any, is older by (epoch, seq). So merging never
+    drops an event the checkpoint does not cover. The caller merges only a
+    contiguous suffix of a task's queue, which keeps Redis a consistent prefix.
+    """
+    c = newer.checkpoint
+    if c is None or older.task_id != newer.task_id or older.epoch != newer.epoch:
+        return False
+    if any(ev.seq > c.covers_journal_seq for ev in older.events):
+        return False
+    o = older.checkpoint
+    return o is None or (o.epoch, o.seq) < (c.epoch, c.seq)
+
+
+# ---------------------------------------------------------------- replicator
+
+
+class ReplicatorClosed(RuntimeError):
+    """The replicator is closed: submit refused, or an item left unacknowledged at close."""
+
+
+class ReplicationObserver:
+    """Metrics hooks of a :class:`Replicator`; subclass and override what you need (no-ops)."""
+
+    def batch_shipped(self, items: int, records: int, round_trip_s: float) -> None:
+        """A batch was acknowledged by Redis; ``round_trip_s`` in seconds."""
+
+    def item_resolved(self, outcome: Outcome) -> None:
+        """An item's future resolved with ``outcome`` (once per submitted item)."""
+
+    def item_failed(self, error: BaseException) -> None:
+        """An item's future failed with a non-retryable error."""
+
+    def outage_started(self) -> None:
+        """The first retryable error after a success."""
+
+    def outage_ended(self, duration_s: float) -> None:
+        """The backlog drained after an outage that lasted ``duration_s`` seconds."""
+
+
+@dataclass(eq=False, slots=True)
+class _Entry:
+    item: ReplicationItem
+    futures: list[asyncio.Future[ReplicationResult]]
+    enqueued_s: float
+    attempts: int = 0
+
+
+class Replicator:
+    """Background shipper of :class:`ReplicationItem` to a replica, in order, bounded.
+
+    Args:
+        replica: usually a :class:`RedisCheckpointReplica`. Give its client few
+            or no retries of its own; this class retries forever.
+        max_backlog: bound on queued + in-flight records (events + checkpoints);
+            ``submit`` waits while it would be exceeded (an item larger than the
+            bound is admitted alone into an empty backlog).
+        max_batch_items: items per pipelined round trip.
+        retry_initial_s: first backoff bound, seconds (tenacity's
+            ``wait_random_exponential``: full jitter, as in the AWS architecture blog).
+        retry_max_s: backoff cap, seconds.
+        observer: metrics hooks.
+        clock: monotonic seconds, for lag.
+    """
+
+    def __init__(
+        self,
+        replica: CheckpointReplica,
+        *,
+        max_backlog: int = 10_000,
+        max_batch_items: int = 64,
+        retry_initial_s: float = 0.02,
+        retry_max_s: float = 1.0,
+        observer: ReplicationObserver | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if max_backlog < 1:
+            raise InvalidArgument("max_backlog", f"{max_backlog} < 1")
+        if max_batch_items < 1:
+            raise InvalidArgument("max_batch_items", f"{max_batch_items} < 1")
+        if retry_initial_s <= 0 or retry_max_s < retry_initial_s:
+            raise InvalidArgument("retry_max_s", "need 0 < retry_initial_s <= retry_max_s")
+        self._replica = replica
+        self._max_backlog = max_backlog
+        self._max_batch_items = max_batch_items
+        self._retry_initial_s = retry_initial_s
+        self._retry_max_s = retry_max_s
+        self._observer = observer or ReplicationObserver()
+        self._clock = clock
+        self._queue: OrderedDict[int, _Entry] = OrderedDict()
+        self._by_task: dict[str, list[int]] = {}
+        self._next_id = 0
+        self._inflight: list[_Entry] = []
+        self._backlog = 0
+        self._changed = asyncio.Condition()
+        self._task: asyncio.Task[None] | None = None
+        self._closed = False
+        self._outage_since: float | None = None
+        self.errors_total = 0
+        """Items failed with a non-retryable error, plus failed round trips (retried)."""
+
+    # -- observation
+
+    @property
+    def backlog_records(self) -> int:
+        """Records (events + checkpoints) queued or in flight."""
+        return self._backlog
+
+    @property
+    def backlog_items(self) -> int:
+        """Items queued or in flight."""
+        return len(self._queue) + len(self._inflight)
+
+    @property
+    def lag_seconds(self) -> float:
+        """Age of the oldest unacknowledged item, seconds; 0.0 when empty."""
+        oldest = [e.enqueued_s for e in self._inflight]
+        oldest += [e.enqueued_s for e in self._queue.values()]
+        if not oldest:
+            return 0.0
+        return max(0.0, self._clock() - min(oldest))
+
+    @property
+    def in_outage(self) -> bool:
+        """True from a failed round trip until the backlog drains again."""
+        return self._outage_since is not None
+
+    # -- lifecycle
+
+    async def start(self) -> None:
+        """Start the background sender task (idempotent)."""
+        if self._closed:
+            raise ReplicatorClosed("replicator is closed")
+        if self._task is None:
+            self._task = asyncio.create_task(self._run(), name="lazarus-replicator")
+
+    async def close(self, drain_timeout_s: float = 5.0) -> None:
+        """Stop accepting items, wait up to ``drain_timeout_s`` seconds for the backlog, stop.
+
+        Futures still unacknowledged then fail with :class:`ReplicatorClosed`;
+        the items stay in the local store and are shipped again after a restart.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        async with self._changed:
+            self._changed.notify_all()
+            if self._task is not None and not self._task.done():
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(drain_timeout_s):
+                        await self._changed.wait_for(lambda: self.backlog_items == 0)
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        leftover = [*self._inflight, *self._queue.values()]
+        self._inflight = []
+        self._queue.clear()
+        self._by_task.clear()
+        self._backlog = 0
+        for entry in leftover:
+            self._fail(entry, ReplicatorClosed("closed before Redis acknowledged the item"))
+
+    # -- submit
+
+    async def submit(self, item: ReplicationItem) -> asyncio.Future[ReplicationResult]:
+        """Queue an item; wait while the backlog is full.
+
+        Returns:
+            A future resolving with the item's :class:`ReplicationResult` once
+            Redis acknowledged it (or a later item it was merged into): OK, or
+            DUPLICATE when Redis already held it before this replicator sent it
+            (both mean "replicated"; DUPLICATE after our own retry of a batch
+            whose reply was lost is reported as OK); STALE when the task's
+            writer was fenced. Fails with a Redis ``ResponseError`` (script
+            error, counted in ``errors_total``) or :class:`ReplicatorClosed`.
+
+        Raises:
+            ReplicatorClosed: the replicator is closed.
+        """
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[ReplicationResult] = loop.create_future()
+        async with self._changed:
+            while True:
+                if self._closed:
+                    raise ReplicatorClosed("replicator is closed")
+                merge_ids = self._mergeable(item)
+                freed = sum(self._queue[i].item.records for i in merge_ids)
+                after = self._backlog - freed + item.records
+                if after <= self._max_backlog or self._backlog - freed == 0:
+                    break
+                await self._changed.wait()
+            entry = _Entry(item, [future], self._clock())
+            for i in merge_ids:
+                old = self._remove(i)
+                entry.futures.extend(old.futures)
+                entry.enqueued_s = min(entry.enqueued_s, old.enqueued_s)
+            entry_id = self._next_id
+            self._next_id += 1
+            self._queue[entry_id] = entry
+            self._by_task.setdefault(item.task_id, []).append(entry_id)
+            self._backlog += item.records
+            self._changed.notify_all()
+        return future
+
+    def _mergeable(self, item: ReplicationItem) -> list[int]:
+        """Ids of the contiguous suffix of the task's queued entries that ``item`` absorbs."""
+        if item.checkpoint is None:
+            return []
+        ids = self._by_task.get(item.task_id, [])
+        out: list[int] = []
+        for i in reversed(ids):
+            if not absorbs(item, self._queue[i].item):
+                break
+            out.append(i)
+        return out
+
+    def _remove(self, entry_id: int) -> _Entry:
+        entry = self._queue.pop(entry_id)
+        ids = self._by_task[entry.item.task_id]
+        ids.remove(entry_id)
+        if not ids:
+            del self._by_task[entry.item.task_id]
+        self._backlog -= entry.item.records
+        return entry
+
+    # -- sending
+
+    async def _run(self) -> None:
+        while True:
+            async with self._changed:
+                await self._changed.wait_for(lambda: bool(self._queue))
+                batch: list[_Entry] = []
+                while self._queue and len(batch) < self._max_batch_items:
+                    batch.append(self._remove(next(iter(self._queue))))
+                self._inflight = batch
+                self._backlog += sum(e.item.records for e in batch)
+            try:
+                results = await self._ship(batch)
+            except Exception as e:  # not retryable and not per item: the whole batch fails
+                _log.error("replication batch of %d items failed: %r", len(batch), e)
+                results = [e] * len(batch)
+            async with self._changed:
+                self._inflight = []
+                self._backlog -= sum(e.item.records for e in batch)
+                for entry, result in zip(batch, results, strict=True):
+                    self._settle(entry, result)
+                if self._outage_since is not None and self.backlog_items == 0:
+                    duration_s = self._clock() - self._outage_since
+                    self._outage_since = None
+                    _log.info("replication caught up after a Redis outage of %.1f s", duration_s)
+                    self._observer.outage_ended(duration_s)
+                self._changed.notify_all()
+
+    async def _ship(self, batch: list[_Entry]) -> list[ReplicationResult | Exception]:
+        """Send the batch until Redis answers; retryable errors back off and repeat."""
+        retrying = AsyncRetrying(
+            retry=retry_if_exception_type(RETRYABLE_ERRORS),
+            wait=wait_random_exponential(multiplier=self._retry_initial_s, max=self._retry_max_s),
+            stop=stop_never,
+            before_sleep=self._on_retry,
+            reraise=True,
+        )
+        items = [e.item for e in batch]
+        async for attempt in retrying:
+            with attempt:
+                for entry in batch:
+                    entry.attempts += 1
+                started = self._clock()
+                results = await self._replica.write_many(items)
+                if len(results) != len(items):
+                    raise redis.exceptions.ResponseError(
+                        f"replica answered {len(results)} results for {len(items)} items"
+                    )
+                for r in results:
+                    if isinstance(
+                        r, redis.exceptions.NoScriptError | redis.exceptions.ReadOnlyError
+                    ):
+                        # Script cache flushed mid-batch, or a failover left us on a replica:
+                        # writes are idempotent, so send the whole batch again.
+                        raise r
+                records = sum(i.records for i in items)
+                self._observer.batch_shipped(len(items), records, self._clock() - started)
+                return results
+        raise AssertionError("unreachable: stop_never")  # pragma: no cover
+
+    def _on_retry(self, state: RetryCallState) -> None:
+        self.errors_total += 1
+        if self._outage_since is None:
+            self._outage_since = self._clock()
+            error = state.outcome.exception() if state.outcome is not None else None
+            _log.warning(
+                "Redis unreachable (%s: %s); keeping %d records queued and retrying",
+                type(error).__name__,
+                error,
+                self._backlog,
+            )
+            self._observer.outage_started()
+
+    def _settle(self, entry: _Entry, result: ReplicationResult | Exception) -> None:
+        if isinstance(result, Exception):
+            self.errors_total += 1
+            self._fail(entry, result)
+            return
+        if result.outcome is Outcome.DUPLICATE and entry.attempts > 1:
+            # An earlier attempt of this very batch landed but its reply was lost.
+            result = ReplicationResult(Outcome.OK, result.current_epoch)
+        self._resolve(entry, result)
+        if result.outcome is Outcome.STALE:
+            self._fence(entry.item.task_id, result.current_epoch)
+
+    def _fence(self, task_id: str, current_epoch: int) -> None:
+        """Resolve queued items of a fenced writer (epoch below the fence) with STALE."""
+        stale = ReplicationResult(Outcome.STALE, current_epoch)
+        for i in list(self._by_task.get(task_id, [])):
+            if self._queue[i].item.epoch < current_epoch:
+                self._resolve(self._remove(i), stale)
+
+    def _resolve(self, entry: _Entry, result: ReplicationResult) -> None:
+        for f in entry.futures:
+            if not f.done():
+                f.set_result(result)
+                self._observer.item_resolved(result.outcome)
+
+    def _fail(self, entry: _Entry, error: BaseException) -> None:
+        for f in entry.futures:
+            if not f.done():
+                f.set_exception(error)
+                self._observer.item_failed(error)

@@ -154,6 +154,9 @@ class LocalCluster:
         agent_args: extra ``lazarus node-agent`` arguments for every agent.
         coordinator_args: extra ``lazarus coordinator`` arguments.
         env: extra environment for the children.
+        listen_host: address the coordinators bind (127.0.0.1, or a test
+            namespace's host-side address in 198.18.0.0/15).
+        redis_bind: addresses redis-server binds (127.0.0.1 always first).
     """
 
     def __init__(
@@ -167,6 +170,8 @@ class LocalCluster:
         agent_args: Sequence[str] = (),
         coordinator_args: Sequence[str] = (),
         env: dict[str, str] | None = None,
+        listen_host: str = "127.0.0.1",
+        redis_bind: Sequence[str] = (),
     ) -> None:
         if coordinators < 1:
             raise ValueError(f"coordinators: must be >= 1, got {coordinators}")
@@ -183,6 +188,8 @@ class LocalCluster:
         self.agent_args = list(agent_args)
         self.coordinator_args = list(coordinator_args)
         self.env = {"PYTHONUNBUFFERED": "1", **(env or {})}
+        self.listen_host = listen_host
+        self.redis_bind = list(redis_bind)
         self.etcd: EtcdServer | EtcdCluster | None = None
         self.redis: RedisServer | None = None
         self.coordinators: list[ChildProcess] = []
@@ -218,12 +225,15 @@ class LocalCluster:
                 self.etcd = EtcdServer(data_dir=self.run_dir / "etcd")
             self.etcd.start()
         if self.redis is None:
-            self.redis = RedisServer(data_dir=self.run_dir / "redis").start()
+            bind = ["--bind", " ".join(["127.0.0.1", *self.redis_bind])] if self.redis_bind else []
+            self.redis = RedisServer(data_dir=self.run_dir / "redis", extra_args=bind).start()
 
     def add_coordinator(self) -> ChildProcess:
         """Create and start one more coordinator replica."""
         index = len(self.coordinators)
-        address, metrics = (f"127.0.0.1:{p}" for p in free_loopback_ports(2))
+        port, metrics_port = free_loopback_ports(2)
+        address = f"{self.listen_host}:{port}"
+        metrics = f"127.0.0.1:{metrics_port}"
         endpoints = self.etcd_endpoints
         child = ChildProcess(
             f"coordinator-{index}",
@@ -250,13 +260,22 @@ class LocalCluster:
         self.coordinator_metrics.append(f"http://{metrics}/metrics")
         return child.start()
 
-    def add_agent(self, *extra: str) -> ChildProcess:
-        """Create and start one more node agent ``agent-<i>`` (data dir ``<run_dir>/agent-<i>``)."""
+    def add_agent(
+        self, *extra: str, wrapper: Sequence[str] = (), redis_host: str = ""
+    ) -> ChildProcess:
+        """Create and start one more node agent ``agent-<i>`` (data dir ``<run_dir>/agent-<i>``).
+
+        Args:
+            extra: more ``lazarus node-agent`` arguments.
+            wrapper: a command prefix, e.g. ``["ip", "netns", "exec", "ns1"]``.
+            redis_host: the address the agent dials Redis at (default 127.0.0.1).
+        """
         index = len(self.agents)
         (metrics_port,) = free_loopback_ports(1)
         child = ChildProcess(
             f"agent-{index}",
             [
+                *wrapper,
                 LAZARUS_BIN,
                 "node-agent",
                 "--node-id",
@@ -266,7 +285,7 @@ class LocalCluster:
                 "--data-dir",
                 str(self.run_dir / f"agent-{index}"),
                 "--redis-url",
-                self.redis_url,
+                self.redis_url.replace("127.0.0.1", redis_host) if redis_host else self.redis_url,
                 "--metrics-listen",
                 f"127.0.0.1:{metrics_port}",
                 *self.agent_args,

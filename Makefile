@@ -57,6 +57,7 @@ pytest: setup  ## unit and integration tests against real etcd / redis
 
 demo: setup  ## a real demonstration (see README)
 	$(VENV)/bin/lazarus demo checkpoint
+	$(VENV)/bin/lazarus demo fleet
 
 proto: venv  ## regenerate lazarus/v1 stubs from proto/
 	$(PY) -m lazarus.protogen

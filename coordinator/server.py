@@ -14,7 +14,8 @@ import asyncio
 import contextlib
 import logging
 import socket
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import aetcd
 import grpc.aio
@@ -22,6 +23,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio
 from grpc_reflection.v1alpha import reflection
 
+from coordinator.aetcd_compat import TOKEN_RENEWAL_S, RenewingClient, TlsClient, tls_credentials
 from coordinator.api import CoordinatorApi, add_coordinator_service
 from coordinator.core import CoreSettings
 from coordinator.election import Election
@@ -29,7 +31,7 @@ from coordinator.etcd_store import EtcdStore, ReadCache, election_prefix
 from coordinator.runtime import CoordinatorRuntime, Observer, RuntimeSettings
 from coordinator.session import add_agent_service
 
-__all__ = ["CoordinatorServer", "ServerSettings"]
+__all__ = ["CoordinatorServer", "ServerSettings", "make_etcd_client"]
 
 _log = logging.getLogger("lazarus.coordinator.server")
 
@@ -55,6 +57,18 @@ class ServerSettings:
         lease_ttl_s: election lease TTL, whole seconds.
         etcd_timeout_s: bound on each etcd request.
         shutdown_grace_s: time open RPCs get to finish on stop.
+        etcd_username: etcd user when etcd has auth enabled ("": no auth).
+        etcd_password: that user's password (both or neither).
+        etcd_ca_file: PEM CA bundle verifying etcd's certificate; any of
+            the three file settings turns TLS on ("" with TLS on: the
+            system roots).
+        etcd_cert_file: PEM client certificate for mutual TLS ("": none).
+        etcd_key_file: PEM private key of ``etcd_cert_file``.
+        etcd_token_renewal_s: with a username, re-authenticate this often
+            (below etcd's ``--auth-token-ttl``, 300 s by default).
+
+    Raises:
+        ValueError: only one of username / password, or of cert / key file, given.
     """
 
     cluster: str
@@ -65,6 +79,25 @@ class ServerSettings:
     lease_ttl_s: int = 3
     etcd_timeout_s: float = 5.0
     shutdown_grace_s: float = 0.5
+    etcd_username: str = ""
+    etcd_password: str = field(default="", repr=False)
+    etcd_ca_file: str = ""
+    etcd_cert_file: str = ""
+    etcd_key_file: str = ""
+    etcd_token_renewal_s: float = TOKEN_RENEWAL_S
+
+    def __post_init__(self) -> None:
+        if bool(self.etcd_username) != bool(self.etcd_password):
+            raise ValueError("give both etcd username and password, or neither")
+        if bool(self.etcd_cert_file) != bool(self.etcd_key_file):
+            raise ValueError("give both etcd cert file and key file, or neither")
+        if self.etcd_token_renewal_s <= 0:
+            raise ValueError("the etcd token renewal period must be positive")
+
+    @property
+    def etcd_tls(self) -> bool:
+        """True when the etcd client talks TLS (a CA, cert or key file is set)."""
+        return bool(self.etcd_ca_file or self.etcd_cert_file or self.etcd_key_file)
 
 
 class CoordinatorServer:
@@ -105,10 +138,7 @@ class CoordinatorServer:
             RuntimeError: the listen address cannot be bound.
         """
         s = self.settings
-        host, _, port = s.etcd_endpoint.rpartition(":")
-        client = aetcd.Client(
-            host=host, port=int(port), timeout=s.etcd_timeout_s, options=ETCD_GRPC_OPTIONS
-        )
+        client = make_etcd_client(s)
         await client.connect()
         self._client = client
         server = grpc.aio.server()
@@ -178,6 +208,42 @@ class CoordinatorServer:
                 await self._client.close()
             self._client = None
         _log.info("stopped: member=%s", self.settings.member_id)
+
+
+def make_etcd_client(settings: ServerSettings) -> aetcd.Client:
+    """The aetcd client ``settings`` ask for: auth when a user is set, TLS when a file is.
+
+    Args:
+        settings: the replica's settings (``etcd_*`` fields).
+
+    Returns:
+        An unconnected client: :class:`~coordinator.aetcd_compat.TlsClient`
+        under TLS, :class:`~coordinator.aetcd_compat.RenewingClient` with a
+        username, else aetcd's own.
+
+    Raises:
+        OSError: a CA, certificate or key file cannot be read.
+    """
+    host, _, port = settings.etcd_endpoint.rpartition(":")
+    common: dict[str, Any] = {
+        "host": host,
+        "port": int(port),
+        "username": settings.etcd_username or None,
+        "password": settings.etcd_password or None,
+        "timeout": settings.etcd_timeout_s,
+        "options": ETCD_GRPC_OPTIONS,
+    }
+    if settings.etcd_tls:
+        return TlsClient(
+            **common,
+            token_renewal_s=settings.etcd_token_renewal_s,
+            credentials=tls_credentials(
+                settings.etcd_ca_file, settings.etcd_cert_file, settings.etcd_key_file
+            ),
+        )
+    if settings.etcd_username:
+        return RenewingClient(**common, token_renewal_s=settings.etcd_token_renewal_s)
+    return aetcd.Client(**common)
 
 
 SERVICE_NAMES = (

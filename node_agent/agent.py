@@ -45,6 +45,7 @@ from node_agent.core import (
     ForgetTask,
     Notice,
     PersistMeta,
+    ReportLineage,
     Send,
     StartTask,
     StopTask,
@@ -55,7 +56,18 @@ from node_agent.runner import TaskRunner
 from node_agent.sdk import Agent
 from node_agent.settings import AgentSettings
 
-__all__ = ["NodeAgent", "load_app"]
+__all__ = ["NodeAgent", "fork_key", "fork_records_key", "load_app"]
+
+
+def fork_key(task_id: str, prefix: str = "lazarus") -> str:
+    """Redis hash of a task's fork records (fork id -> ForkRecord bytes)."""
+    return f"{prefix}:{{{task_id}}}:forks"
+
+
+def fork_records_key(task_id: str, fork_id: str, prefix: str = "lazarus") -> str:
+    """Redis string holding a fork's divergent records (a LineageReport, serialized)."""
+    return f"{prefix}:{{{task_id}}}:fork:{fork_id}"
+
 
 _log = logging.getLogger("lazarus.agent")
 
@@ -142,6 +154,8 @@ class NodeAgent:
         self._outbound: asyncio.Queue[agent_pb2.AgentMessage] | None = None
         self._call: Any = None
         self._redirect = ""
+        self._closing = False  # we cancelled the current call on purpose
+        self._lineage_reports: dict[str, agent_pb2.AgentMessage] = {}  # fork id -> until acked
         self._stopping = False
         self._sessions = 0
         self._mono0 = time.monotonic()
@@ -353,12 +367,15 @@ class NodeAgent:
             level = logging.INFO if exc.code() is grpc.StatusCode.UNAVAILABLE else logging.WARNING
             _log.log(level, "session with %s ended: %s", target, reason)
         except asyncio.CancelledError:
-            raise
+            if not self._closing or self._stopping:
+                raise
+            reason = "closed by the agent"
         except Exception as exc:
             reason = repr(exc)
             _log.warning("session with %s failed: %r", target, exc)
         finally:
             self._call = None
+            self._closing = False
             self._outbound = None
             async with self._lock:
                 await self._execute(self.core.on_session_closed(self._now(), reason))
@@ -394,11 +411,22 @@ class NodeAgent:
                 if cmd.redirect:
                     self._redirect = cmd.redirect
                 _log.info("closing session: %s", cmd.reason)
+                if self._call is not None:
+                    self._closing = True
+                    self._call.cancel()  # the reader ends; the loop says Hello again
             elif isinstance(cmd, Notice):
                 self._notice(cmd)
+            elif isinstance(cmd, ReportLineage):
+                self._spawn(self._report_lineage(cmd))
 
     def _notice(self, notice: Notice) -> None:
         kind, f = notice.kind, notice.fields
+        if kind == "fork_recorded":
+            self._lineage_reports.pop(f["fork_id"], None)
+        if kind == "session_open":
+            for report in self._lineage_reports.values():  # not acked yet: again
+                if self._outbound is not None:
+                    self._outbound.put_nowait(report)
         if kind == "heartbeat_rtt":
             self.metrics.heartbeat_rtt.observe(f["seconds"])
             return
@@ -427,6 +455,116 @@ class NodeAgent:
         if kind in ("meta_unreadable", "update_refused", "stale_assign"):
             level = logging.WARNING
         _log.log(level, "%s %s", kind, " ".join(f"{k}={v}" for k, v in f.items()))
+
+    async def _report_lineage(self, cmd: ReportLineage) -> None:
+        """Keep a fenced task's unreplicated progress as a fork: Redis record + report."""
+        assert self._store is not None
+        assert self._redis is not None
+        store = self._store.aio
+        task_id = cmd.task_id
+        infos = [
+            i
+            for i in await store.list(task_id)
+            if i.seq > cmd.replicated_checkpoint_seq and i.epoch <= cmd.epoch
+        ]
+        events = [
+            e
+            for e in await store.replay(task_id, after_seq=cmd.replicated_journal_seq)
+            if e.epoch <= cmd.epoch
+        ]
+        if not infos and not events:
+            _log.info(
+                "task %s revoked at epoch %d: no progress beyond what Redis holds",
+                task_id,
+                cmd.epoch,
+            )
+            return
+        fork_id = f"{task_id}~e{cmd.epoch}~{self.settings.node_id}~{self.incarnation[:8]}"
+        report = agent_pb2.LineageReport(
+            fork_id=fork_id, task_id=task_id, epoch=cmd.epoch, chunk_index=0, last=True
+        )
+        for info in infos[-64:]:
+            stored = await store.load(info.ref)
+            report.checkpoints.add(
+                task_id=task_id,
+                epoch=info.epoch,
+                seq=info.seq,
+                covers_journal_seq=info.covers_journal_seq,
+                checkpoint_ref=info.ref,
+                terminal=info.terminal,
+                label=info.label,
+                payload=stored.payload,
+                encoding=records_pb2.PAYLOAD_ENCODING_RAW,
+                content_type="application/json",
+                decoded_bytes=len(stored.payload),
+                created_at_unix_ms=info.created_at_ms,
+                node_id=self.settings.node_id,
+                incarnation=self.incarnation,
+            )
+        for event in events[-4096:]:
+            report.journal_events.add(
+                task_id=task_id,
+                epoch=event.epoch,
+                seq=event.seq,
+                payload=event.payload,
+                content_type="application/json",
+                created_at_unix_ms=event.created_at_ms,
+                node_id=self.settings.node_id,
+            )
+        seqs = [e.seq for e in events]
+        head = infos[-1] if infos else None
+        fork = records_pb2.ForkRecord(
+            fork_id=fork_id,
+            task_id=task_id,
+            lineage_task_id=task_id,
+            node_id=self.settings.node_id,
+            incarnation=self.incarnation,
+            stale_epoch=cmd.epoch,
+            current_epoch=cmd.current_epoch,
+            divergent_checkpoints=len(infos),
+            divergent_journal_events=len(events),
+            first_divergent_journal_seq=min(seqs, default=0),
+            last_divergent_journal_seq=max(seqs, default=0),
+            resolution=records_pb2.FORK_RESOLUTION_KEPT,
+            detected_at_unix_ms=self._wall_ms(),
+        )
+        fork.base_checkpoint.task_id = task_id
+        fork.base_checkpoint.seq = cmd.replicated_checkpoint_seq
+        if head is not None:
+            fork.head_checkpoint.task_id = task_id
+            fork.head_checkpoint.seq = head.seq
+            fork.head_checkpoint.epoch = head.epoch
+            fork.head_checkpoint.checkpoint_ref = head.ref
+        try:
+            async with self._redis.pipeline(transaction=True) as pipe:
+                pipe.hset(fork_key(task_id), fork_id, fork.SerializeToString())
+                pipe.set(fork_records_key(task_id, fork_id), report.SerializeToString())
+                await pipe.execute()
+        except Exception as exc:  # Redis down: the lineage stays in the local store
+            _log.warning("task %s: fork %s not written to Redis: %s", task_id, fork_id, exc)
+        _log.warning(
+            "task %s: kept %d checkpoint(s) and %d journal event(s) made at stale epoch %d "
+            "as fork %s (owner now at epoch %d)",
+            task_id,
+            len(infos),
+            len(events),
+            cmd.epoch,
+            fork_id,
+            cmd.current_epoch,
+            extra={
+                "lazarus": {
+                    "event": "fork_kept",
+                    "task_id": task_id,
+                    "fork_id": fork_id,
+                    "epoch": cmd.epoch,
+                    "checkpoints": len(infos),
+                    "events": len(events),
+                }
+            },
+        )
+        self._lineage_reports[fork_id] = agent_pb2.AgentMessage(lineage_report=report)
+        if self._outbound is not None and self.core.session_open:
+            self._outbound.put_nowait(self._lineage_reports[fork_id])
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.create_task(coro)

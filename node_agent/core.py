@@ -47,6 +47,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from google.protobuf.message import DecodeError
+
 from lazarus.v1 import agent_pb2, records_pb2
 
 __all__ = [
@@ -56,6 +58,7 @@ __all__ = [
     "ForgetTask",
     "Notice",
     "PersistMeta",
+    "ReportLineage",
     "Send",
     "SlotState",
     "StartTask",
@@ -125,16 +128,26 @@ class TaskMeta:
         """
         try:
             d = json.loads(raw)
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        except (ValueError, RecursionError) as exc:  # JSONDecodeError, UnicodeDecodeError
             raise ValueError(f"meta: not JSON: {exc}") from exc
         if not isinstance(d, dict):
             raise ValueError("meta: not an object")
-        try:
-            meta = cls(
-                int(d["epoch"]), int(d["attempt"]), str(d["kind"]), str(d["state"]), d["update"]
-            )
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ValueError(f"meta: missing or bad field: {exc}") from exc
+        for name, kind in (
+            ("epoch", int),
+            ("attempt", int),
+            ("kind", str),
+            ("state", str),
+            ("update", str),
+        ):
+            if name not in d:
+                raise ValueError(f"meta.{name}: missing")
+            value = d[name]
+            # bool is an int subclass; a float, a string or an object is not a count.
+            if not isinstance(value, kind) or isinstance(value, bool):
+                raise ValueError(f"meta.{name}: expected {kind.__name__}, got {value!r:.40}")
+            if isinstance(value, int) and value < 0:
+                raise ValueError(f"meta.{name}: negative {value}")
+        meta = cls(d["epoch"], d["attempt"], d["kind"], d["state"], d["update"])
         if meta.state not in {s.value for s in SlotState}:
             raise ValueError(f"meta.state: unknown {meta.state!r}")
         return meta
@@ -204,7 +217,27 @@ class Notice:
     fields: dict[str, Any] = field(default_factory=dict)
 
 
-Command = Send | StartTask | StopTask | CloseSession | PersistMeta | ForgetTask | Notice
+@dataclass(frozen=True, slots=True)
+class ReportLineage:
+    """Keep and report what the task did at ``epoch`` beyond what reached Redis.
+
+    The shell reads the local records after ``replicated_checkpoint_seq`` /
+    ``replicated_journal_seq``; when there are any it writes a ForkRecord and
+    the records to Redis and sends a LineageReport (DESIGN.md §7: a fenced
+    owner's progress is kept as a fork, never silently dropped).
+    """
+
+    task_id: str
+    epoch: int
+    current_epoch: int
+    current_owner_node_id: str
+    replicated_checkpoint_seq: int
+    replicated_journal_seq: int
+
+
+Command = (
+    Send | StartTask | StopTask | CloseSession | PersistMeta | ForgetTask | Notice | ReportLineage
+)
 
 
 # ---------------------------------------------------------------------------
@@ -228,6 +261,9 @@ class _Slot:
     checkpoint: records_pb2.CheckpointSummary | None = None
     report_due: bool = False
     forget_on_stop: bool = False
+    lost_to_epoch: int = 0  # the epoch that superseded ours (revoke / Redis refusal)
+    lost_to_owner: str = ""
+    revoke_seen: bool = False  # the leader confirmed the loss (else Hello still lists it)
 
     def meta(self) -> TaskMeta:
         update = self.update.SerializeToString().hex() if self.update is not None else ""
@@ -343,7 +379,7 @@ class AgentCore:
                 update = agent_pb2.TaskUpdate()
                 try:
                     update.ParseFromString(bytes.fromhex(meta.update))
-                except ValueError as exc:
+                except (ValueError, DecodeError) as exc:
                     out.append(Notice("meta_unreadable", {"task_id": task_id, "error": str(exc)}))
                     update = None
             if state in (SlotState.RUNNING, SlotState.STOPPING):
@@ -448,6 +484,9 @@ class AgentCore:
             return [Notice("drain", {"drain_id": d.drain_id, "cancelled": d.cancelled})]
         if body == "task_update_ack":
             return self._on_update_ack(msg.task_update_ack, wall_ms)
+        if body == "lineage_ack":
+            la = msg.lineage_ack
+            return [Notice("fork_recorded", {"fork_id": la.fork_id, "task_id": la.task_id})]
         return [Notice("ignored_message", {"body": body or ""})]
 
     def _on_ack(self, ack: agent_pb2.HeartbeatAck, now: float) -> list[Command]:
@@ -508,6 +547,12 @@ class AgentCore:
         out: list[Command] = []
         stopped = []
         for slot in sorted(self._slots.values(), key=lambda s: s.task_id):
+            if slot.state is SlotState.STOPPING:
+                # An Assign waiting for this stop came on the Session we give up
+                # on: it may be stale, and nothing starts before a new Welcome.
+                slot.pending_assign = None
+                if slot.stop_reason is StopReason.SUPERSEDED:
+                    slot.stop_reason = StopReason.FENCED
             if slot.state is SlotState.RUNNING:
                 slot.state = SlotState.STOPPING
                 slot.stop_reason = StopReason.FENCED
@@ -539,6 +584,9 @@ class AgentCore:
                     return self._start(slot, a)
                 if slot.state is SlotState.DETACHED:
                     return self._start(slot, a)
+                if slot.state is SlotState.STOPPING and slot.stop_reason is StopReason.FENCED:
+                    slot.pending_assign = a  # REATTACH: resume once the pause completes
+                    return []
                 return []  # duplicate: running, stopping or done at this epoch
             # A newer epoch of a task we hold.
             if slot.state in (SlotState.RUNNING, SlotState.STOPPING):
@@ -562,17 +610,23 @@ class AgentCore:
         slot.pending_assign = None
         slot.update = None
         slot.progress = agent_pb2.TaskProgress()
+        slot.checkpoint = None  # the handler reports what it resumed from (task_started)
+        slot.report_due = False  # never report an older incarnation's checkpoint at this epoch
         return [PersistMeta(slot.task_id, slot.meta()), StartTask(a)]
 
     def _on_revoke(self, r: agent_pb2.Revoke, wall_ms: int) -> list[Command]:
         slot = self._slots.get(r.task_id)
         if slot is None or slot.epoch > r.epoch:
             return []
+        slot.revoke_seen = True
         keep = r.reason not in (
             agent_pb2.REVOKE_REASON_CANCELLED,
             agent_pb2.REVOKE_REASON_FINISHED,
             agent_pb2.REVOKE_REASON_UNKNOWN_TASK,
         )
+        if keep:
+            slot.lost_to_epoch = max(slot.lost_to_epoch, r.current_epoch)
+            slot.lost_to_owner = r.current_owner_node_id or slot.lost_to_owner
         note = Notice(
             "revoked",
             {
@@ -584,7 +638,8 @@ class AgentCore:
             },
         )
         if slot.state in (SlotState.RUNNING, SlotState.STOPPING):
-            slot.pending_assign = None
+            if slot.pending_assign is not None and slot.pending_assign.epoch <= r.epoch:
+                slot.pending_assign = None  # a newer epoch assigned here still starts
             slot.forget_on_stop = not keep
             if slot.state is SlotState.RUNNING:
                 slot.state = SlotState.STOPPING
@@ -592,15 +647,29 @@ class AgentCore:
                 return [note, StopTask(slot.task_id, slot.epoch, StopReason.REVOKED)]
             slot.stop_reason = StopReason.REVOKED
             return [note]
-        return [note, *self._detach(slot, forget=not keep)]
+        if slot.state is SlotState.DETACHED and keep:
+            return [note]  # lost already (Redis refused its epoch); the fork was reported
+        return [note, *self._detach(slot, forget=not keep, report=keep)]
 
-    def _detach(self, slot: _Slot, *, forget: bool) -> list[Command]:
+    def _detach(self, slot: _Slot, *, forget: bool, report: bool = False) -> list[Command]:
         if forget:
             del self._slots[slot.task_id]
             return [ForgetTask(slot.task_id)]
         slot.state = SlotState.DETACHED
         slot.update = None
-        return [PersistMeta(slot.task_id, slot.meta())]
+        out: list[Command] = [PersistMeta(slot.task_id, slot.meta())]
+        if report:
+            out.append(
+                ReportLineage(
+                    slot.task_id,
+                    slot.epoch,
+                    slot.lost_to_epoch,
+                    slot.lost_to_owner,
+                    slot.progress.replicated_checkpoint_seq,
+                    slot.progress.replicated_journal_seq,
+                )
+            )
+        return out
 
     def _on_release(self, r: agent_pb2.Release) -> list[Command]:
         slot = self._slots.get(r.task_id)
@@ -622,6 +691,7 @@ class AgentCore:
         if outcome in (agent_pb2.UPDATE_OUTCOME_ACCEPTED, agent_pb2.UPDATE_OUTCOME_DUPLICATE):
             return self._detach(slot, forget=True)  # the leader has it; Redis has the state
         # Refused: the task is no longer ours at this epoch; keep the lineage.
+        slot.revoke_seen = True  # the leader knows
         return [
             Notice(
                 "update_refused",
@@ -631,7 +701,7 @@ class AgentCore:
                     "message": ack.message,
                 },
             ),
-            *self._detach(slot, forget=False),
+            *self._detach(slot, forget=False, report=True),
         ]
 
     # ------------------------------------------------------------ task events
@@ -757,12 +827,27 @@ class AgentCore:
             slot.update = update
             out += [PersistMeta(task_id, slot.meta()), self._send_update(slot, update, wall_ms)]
             return out
+        pending = slot.pending_assign if not self._fenced else None
         if reason is StopReason.REVOKED:
             forget = slot.forget_on_stop
             slot.forget_on_stop = False
-            return out + self._detach(slot, forget=forget)
-        if reason is StopReason.SUPERSEDED and slot.pending_assign is not None:
-            return out + self._start(slot, slot.pending_assign)
+            if pending is not None:  # a newer epoch was assigned here meanwhile
+                if not forget:
+                    out.append(
+                        ReportLineage(
+                            task_id,
+                            epoch,
+                            slot.lost_to_epoch,
+                            slot.lost_to_owner,
+                            slot.progress.replicated_checkpoint_seq,
+                            slot.progress.replicated_journal_seq,
+                        )
+                    )
+                return out + self._start(slot, pending)
+            return out + self._detach(slot, forget=forget, report=not forget)
+        if reason in (StopReason.SUPERSEDED, StopReason.FENCED) and pending is not None:
+            return out + self._start(slot, pending)
+        slot.pending_assign = None
         slot.state = SlotState.PAUSED
         out.append(PersistMeta(task_id, slot.meta()))
         return out
@@ -778,13 +863,14 @@ class AgentCore:
         note = Notice(
             "epoch_superseded", {"task_id": task_id, "epoch": epoch, "current": current_epoch}
         )
+        slot.lost_to_epoch = max(slot.lost_to_epoch, current_epoch)
         if slot.state is SlotState.RUNNING:
             slot.state = SlotState.STOPPING
             slot.stop_reason = StopReason.REVOKED
             slot.forget_on_stop = False
             return [note, StopTask(task_id, epoch, StopReason.REVOKED)]
         if slot.state in (SlotState.PAUSED, SlotState.DONE):
-            return [note, *self._detach(slot, forget=False)]
+            return [note, *self._detach(slot, forget=False, report=True)]
         return [note]
 
     def shutdown(self) -> list[Command]:
@@ -821,6 +907,14 @@ class AgentCore:
 
 
 def _held_status(slot: _Slot) -> int | None:
+    if slot.state is SlotState.DETACHED and not slot.revoke_seen:
+        # Lost through Redis's fence, not yet through the leader: list it (at its
+        # stale epoch) so the leader revokes it and records the zombie.
+        return agent_pb2.HELD_TASK_STATUS_PAUSED
+    if slot.state is SlotState.STOPPING and slot.stop_reason is StopReason.FENCED:
+        # Being paused by a self-fence: the leader must re-attach it (it does so
+        # only for PAUSED), or it would stay paused once the stop completes.
+        return agent_pb2.HELD_TASK_STATUS_PAUSED
     if slot.state in (SlotState.RUNNING, SlotState.STOPPING):
         return agent_pb2.HELD_TASK_STATUS_RUNNING
     if slot.state is SlotState.PAUSED:

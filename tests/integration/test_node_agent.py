@@ -166,7 +166,7 @@ async def test_sigkilled_agent_restarts_and_resumes_from_its_local_checkpoints(
         # the one item that was in flight at the SIGKILL.
         assert resumed_at == head.last_journal_seq, (task_id, resumed_at, head)
         redone.append(1)
-        assert r["replayed_journal_events"] < every  # the checkpoint bounds the replay
+        assert r["replayed_journal_events"] <= every  # the checkpoint bounds the replay
     for task in tasks.values():
         assert task.epoch == 1, "re-attached at the same epoch, not moved"
         assert task.attempt == 1

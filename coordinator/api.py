@@ -2,57 +2,103 @@
 
 Theory of operation: every replica serves this service.
 
-- *Writes* (``SubmitTask``): the leader translates the request into a core
-  event (``TaskSubmitted``) and answers with the core's ``ReplyToRequest``,
-  which the runtime hands back only after the step's fenced etcd writes
-  committed. A follower proxies the call unchanged to the leader it reads from
-  the election and relays the answer or the error; with no leader known it
-  answers UNAVAILABLE (trailing metadata ``lazarus-leader-address``).
+- *Writes* (``SubmitTask``, ``CancelTask``, ``DrainNode``, ``UncordonNode``,
+  ``MigrateTask``): the leader translates the request into a core event
+  (``TaskSubmitted``, ``CancelRequested``, ``DrainRequested``,
+  ``UncordonRequested``, ``MigrateRequested``) and answers with the core's
+  ``ReplyToRequest``, which the runtime hands back only after the step's
+  fenced etcd writes committed. The step runs shielded from the caller's
+  deadline: when the deadline passes first the caller gets DEADLINE_EXCEEDED
+  and the write may still be applied (retry; the proto says so). A follower
+  proxies the call unchanged to the leader it reads from the election and
+  relays the answer or the error; with no leader known it answers
+  UNAVAILABLE (trailing metadata ``lazarus-leader-address``).
 - *Reads* (``GetTask``, ``ListTasks``, ``ListNodes``, ``GetClusterStatus``):
   the leader answers from its core's snapshot (liveness included); a follower
   from its ``ReadCache`` (records only). ``read_revision`` is the revision of
   the replica's cache.
 - Request fields the core never sees are checked here (INVALID_ARGUMENT names
-  the field): ``task_id`` of GetTask, ``states`` filters, ``page_token``.
-  SubmitTask's fields are judged by the core.
+  the field): ids that must not be empty, ``reason`` (at most 1,024 bytes),
+  ``release_timeout_ms`` (at most ``MAX_RELEASE_TIMEOUT_MS``), ``states``
+  filters, ``page_token``, WatchEvents ``types``. SubmitTask's fields are
+  judged by the core.
+- MigrateTask answers ABORTED when ``expected_epoch`` is not the task's epoch
+  (a lost compare-and-set race, gRPC's ABORTED); ``move_id`` is the id of the
+  request the leader generates.
+- *WatchEvents*: the leader serves it from its event log
+  (``coordinator.eventlog``: revisions are ``term << 32 | counter``, the
+  newest 50,000 events of its term retained); followers proxy the stream to
+  the leader and relay its end. Events with revision >= ``from_revision`` are
+  replayed, then live ones follow; ``from_revision`` 0 means live only. When
+  ``from_revision`` is older than the oldest retained event (evicted, or
+  emitted by a previous leader whose log died with it) the stream does NOT
+  fail with OUT_OF_RANGE: it starts at the oldest retained event and says
+  so in its initial metadata, ``lazarus-watch-gap: 1`` and
+  ``lazarus-watch-oldest-revision: <revision>`` (events in between may be
+  missing; re-read state with ListTasks / ListNodes). A change of leader
+  ends every stream with UNAVAILABLE: reconnect with the last revision + 1.
+  A watcher that falls ``DEFAULT_QUEUE_LIMIT`` events behind is ended with
+  RESOURCE_EXHAUSTED, so it never stalls the leader. ``progress_interval_ms``
+  (at least ``MIN_PROGRESS_INTERVAL_MS``) sends empty responses carrying the
+  revision everything up to which was sent or filtered out.
+- *GetCheckpoint*: any replica reads Redis itself (no proxy). Redis keeps
+  only each task's newest replicated checkpoint and the journal after it, so
+  a ``seq`` / ``checkpoint_ref`` selector answers NOT_FOUND unless it names
+  that newest checkpoint, and ``at_or_before_journal_seq`` unless the newest
+  one qualifies. UNAVAILABLE when Redis cannot be reached; DATA_LOSS when a
+  record does not parse or fails its checksum.
 
 Pages are ordered by id; a page token is the last id returned plus a digest of
 the filters, so a token used with other filters is refused.
 
-Not done yet: CancelTask, DrainNode, UncordonNode, MigrateTask, WatchEvents,
-GetCheckpoint, ForkTask answer UNIMPLEMENTED.
+Not done yet: ForkTask answers UNIMPLEMENTED.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import hashlib
 import json
 import logging
-from collections.abc import Callable, Iterable, Sequence
+import uuid
+import zlib
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn, TypeAlias, TypeVar
 
+import google_crc32c
 import grpc
 import grpc.aio
+import redis.asyncio
+import redis.exceptions
 from google.protobuf.message import DecodeError, Message
 
 from coordinator import convert
 from coordinator.core import (
+    CancelRequested,
+    DrainRequested,
+    Event,
+    MigrateRequested,
     NodeRecord,
     NodeState,
     NodeView,
+    ReplyToRequest,
     Role,
     StatusCode,
     TaskRecord,
     TaskState,
     TaskSubmitted,
+    UncordonRequested,
 )
 from coordinator.core.records import labels_match
 from coordinator.etcd_store import Collection, ReadCache
+from coordinator.eventlog import EventFilter, Watcher
 from coordinator.runtime import CoordinatorRuntime, NotLeading, grpc_status
 from lazarus.v1 import coordinator_pb2, coordinator_pb2_grpc, records_pb2
+from node_agent.checkpoint.errors import CorruptedRecord
+from node_agent.replication import RedisCheckpointReplica
 
 __all__ = [
     "DEFAULT_PAGE_SIZE",
@@ -68,6 +114,20 @@ DEFAULT_PAGE_SIZE = 100
 MAX_PAGE_SIZE = 1000
 LEADER_ADDRESS_METADATA = "lazarus-leader-address"
 SERVICE_NAME = "lazarus.v1.CoordinatorService"
+WATCH_GAP_METADATA = "lazarus-watch-gap"
+"""Initial metadata of a WatchEvents stream that could not start at from_revision ("1")."""
+WATCH_OLDEST_METADATA = "lazarus-watch-oldest-revision"
+"""Initial metadata with the oldest revision the leader still held when the stream started."""
+MAX_REASON_BYTES = 1024
+MAX_ID_BYTES = 128
+MAX_RELEASE_TIMEOUT_MS = 24 * 3600 * 1000
+"""Longest release timeout a DrainNode / MigrateTask may ask for (one day)."""
+MIN_PROGRESS_INTERVAL_MS = 10
+"""Shorter WatchEvents progress intervals are raised to this."""
+MAX_EVENTS_PER_RESPONSE = 500
+DEFAULT_JOURNAL_EVENTS = 1000
+REDIS_TIMEOUT_S = 5.0
+"""Connect and read timeout of the GetCheckpoint Redis client."""
 
 Context: TypeAlias = "grpc.aio.ServicerContext[Any, Any]"
 _T = TypeVar("_T")
@@ -129,6 +189,62 @@ def _paginate(
     return chosen, _token(request, key(chosen[-1])) if more and chosen else ""
 
 
+def _check_id(value: str, field: str) -> None:
+    if not value:
+        raise _invalid(f"{field}: must not be empty")
+    if len(value.encode()) > MAX_ID_BYTES:
+        raise _invalid(f"{field}: must be at most {MAX_ID_BYTES} bytes")
+
+
+def _check_reason(value: str) -> None:
+    if len(value.encode()) > MAX_REASON_BYTES:
+        raise _invalid(f"reason: must be at most {MAX_REASON_BYTES} bytes")
+
+
+def _release_timeout_s(value_ms: int) -> float | None:
+    if value_ms > MAX_RELEASE_TIMEOUT_MS:
+        raise _invalid(f"release_timeout_ms: must be at most {MAX_RELEASE_TIMEOUT_MS}")
+    return value_ms / 1000.0 if value_ms else None
+
+
+def _check_event_types(values: Sequence[int]) -> frozenset[int]:
+    known = {v.number for v in records_pb2.EventType.DESCRIPTOR.values}
+    for index, value in enumerate(values):
+        if value == records_pb2.EVENT_TYPE_UNSPECIFIED:
+            raise _invalid(f"types[{index}]: EVENT_TYPE_UNSPECIFIED is not a type")
+        if value not in known:
+            raise _invalid(f"types[{index}]: {value} is not a known EventType")
+    return frozenset(values)
+
+
+def verify_record_checksum(record: Any) -> bool:
+    """Check a CheckpointRecord / JournalEventRecord against its ``checksum``.
+
+    The digest covers the record serialised deterministically with ``checksum``
+    cleared (records.proto). A record without a checksum passes (nothing to
+    verify); one with a checksum but no known algorithm fails.
+
+    Returns:
+        True when the record is intact or carries no checksum.
+    """
+    if not record.checksum:
+        return True
+    copy = type(record)()
+    copy.CopyFrom(record)
+    copy.ClearField("checksum")
+    data = copy.SerializeToString(deterministic=True)
+    algorithm = record.checksum_algorithm
+    if algorithm == records_pb2.CHECKSUM_ALGORITHM_CRC32:
+        digest = zlib.crc32(data).to_bytes(4, "big")
+    elif algorithm == records_pb2.CHECKSUM_ALGORITHM_CRC32C:
+        digest = int(google_crc32c.value(data)).to_bytes(4, "big")
+    elif algorithm == records_pb2.CHECKSUM_ALGORITHM_SHA256:
+        digest = hashlib.sha256(data).digest()
+    else:
+        return False
+    return bytes(record.checksum) == digest
+
+
 def _check_states(values: Iterable[int], kind: Any, field: str) -> set[int]:
     states = set(values)
     known = {member.value for member in kind}
@@ -144,18 +260,31 @@ class CoordinatorApi:
     Args:
         runtime: the replica's runtime (leader state, election).
         cache: the replica's etcd read cache (reads on followers, read_revision).
+        redis_url: where GetCheckpoint reads replicated checkpoints.
     """
 
-    def __init__(self, runtime: CoordinatorRuntime, cache: ReadCache) -> None:
+    def __init__(
+        self,
+        runtime: CoordinatorRuntime,
+        cache: ReadCache,
+        *,
+        redis_url: str = "redis://127.0.0.1:6379/0",
+    ) -> None:
         self._runtime = runtime
         self._cache = cache
         self._channels: dict[str, grpc.aio.Channel] = {}
+        self._redis_url = redis_url
+        self._redis: redis.asyncio.Redis | None = None
+        self._pending: set[asyncio.Task[ReplyToRequest]] = set()
 
     async def close(self) -> None:
-        """Close the proxy channels to leaders."""
+        """Close the proxy channels to leaders and the Redis client."""
         for channel in self._channels.values():
             await channel.close()
         self._channels.clear()
+        if self._redis is not None:
+            await self._redis.aclose()
+            self._redis = None
 
     # ------------------------------------------------------------------ writes
 
@@ -175,17 +304,162 @@ class CoordinatorApi:
             now_s=0.0,
             task_id=request.task_id,
         )
-        try:
-            reply = await runtime.request(event, request.request_id)
-        except NotLeading:
-            await self._unavailable(context)
-        if reply.status is not StatusCode.OK:
-            await context.abort(grpc_status(reply.status), reply.message)
-        task = runtime.core.task(reply.task_id)
+        reply = await self._request(event, request.request_id, context)
+        task = self._task_after(reply)
         if task is None:  # stepped down between the reply and this read
             await self._unavailable(context)
         return coordinator_pb2.SubmitTaskResponse(
             task=convert.task_record_to_pb(task), created=reply.created
+        )
+
+    async def _request(self, event: Event, request_id: str, context: Context) -> ReplyToRequest:
+        """Feed a write to the leader's core; abort unless the reply is OK.
+
+        The step runs in its own task, shielded from the caller: a deadline or
+        a cancelled call must not cut a step off between its etcd write and
+        its directives. DEADLINE_EXCEEDED when the caller's deadline passes
+        first (the write may still be applied).
+        """
+        task = asyncio.create_task(self._runtime.request(event, request_id))
+        self._pending.add(task)
+        task.add_done_callback(self._pending.discard)
+        remaining = context.time_remaining()
+        try:
+            async with asyncio.timeout(remaining):
+                reply = await asyncio.shield(task)
+        except TimeoutError:
+            await context.abort(
+                grpc.StatusCode.DEADLINE_EXCEEDED,
+                "the deadline passed before the leader answered; the write may be applied",
+            )
+            raise AssertionError("unreachable") from None
+        except NotLeading:
+            await self._unavailable(context)
+        if reply.status is not StatusCode.OK:
+            await context.abort(grpc_status(reply.status), reply.message)
+        return reply
+
+    def _task_after(self, reply: ReplyToRequest) -> TaskRecord | None:
+        return self._runtime.core.task(reply.task_id) if self._runtime.leading else None
+
+    async def _validated(self, context: Context, check: Callable[[], _T]) -> _T:
+        try:
+            return check()
+        except _Refused as exc:
+            await context.abort(exc.code, exc.message)
+            raise AssertionError("unreachable") from exc
+
+    async def CancelTask(
+        self, request: coordinator_pb2.CancelTaskRequest, context: Context
+    ) -> coordinator_pb2.CancelTaskResponse:
+        """Cancel a task: INVALID_ARGUMENT (task_id, reason), NOT_FOUND, FAILED_PRECONDITION."""
+
+        def check() -> None:
+            _check_id(request.task_id, "task_id")
+            _check_reason(request.reason)
+
+        await self._validated(context, check)
+        if not self._runtime.leading:
+            response: coordinator_pb2.CancelTaskResponse = await self._proxy(
+                "CancelTask", request, coordinator_pb2.CancelTaskResponse, context
+            )
+            return response
+        request_id = f"cancel-{uuid.uuid4().hex}"
+        event = CancelRequested(request_id, request.task_id, 0.0, request.reason)
+        reply = await self._request(event, request_id, context)
+        task = self._task_after(reply)
+        if task is None:
+            await self._unavailable(context)
+        return coordinator_pb2.CancelTaskResponse(task=convert.task_record_to_pb(task))
+
+    async def DrainNode(
+        self, request: coordinator_pb2.DrainNodeRequest, context: Context
+    ) -> coordinator_pb2.DrainNodeResponse:
+        """Cordon a node and release its tasks: INVALID_ARGUMENT, NOT_FOUND, FAILED_PRECONDITION."""
+
+        def check() -> float | None:
+            _check_id(request.node_id, "node_id")
+            _check_reason(request.reason)
+            return _release_timeout_s(request.release_timeout_ms)
+
+        timeout_s = await self._validated(context, check)
+        if not self._runtime.leading:
+            response: coordinator_pb2.DrainNodeResponse = await self._proxy(
+                "DrainNode", request, coordinator_pb2.DrainNodeResponse, context
+            )
+            return response
+        request_id = f"drain-{uuid.uuid4().hex}"
+        event = DrainRequested(request_id, request.node_id, 0.0, request.reason, timeout_s)
+        reply = await self._request(event, request_id, context)
+        view = self._runtime.core.node(request.node_id) if self._runtime.leading else None
+        if view is None:
+            await self._unavailable(context)
+        return coordinator_pb2.DrainNodeResponse(
+            node=convert.node_record_to_pb(view.record),
+            drain_id=view.record.drain_id,
+            tasks_to_move=reply.tasks_to_move,
+        )
+
+    async def UncordonNode(
+        self, request: coordinator_pb2.UncordonNodeRequest, context: Context
+    ) -> coordinator_pb2.UncordonNodeResponse:
+        """Lift a node's cordon (idempotent): INVALID_ARGUMENT (node_id), NOT_FOUND."""
+        await self._validated(context, lambda: _check_id(request.node_id, "node_id"))
+        if not self._runtime.leading:
+            response: coordinator_pb2.UncordonNodeResponse = await self._proxy(
+                "UncordonNode", request, coordinator_pb2.UncordonNodeResponse, context
+            )
+            return response
+        request_id = f"uncordon-{uuid.uuid4().hex}"
+        event = UncordonRequested(request_id, request.node_id, 0.0)
+        await self._request(event, request_id, context)
+        view = self._runtime.core.node(request.node_id) if self._runtime.leading else None
+        if view is None:
+            await self._unavailable(context)
+        return coordinator_pb2.UncordonNodeResponse(node=convert.node_record_to_pb(view.record))
+
+    async def MigrateTask(
+        self, request: coordinator_pb2.MigrateTaskRequest, context: Context
+    ) -> coordinator_pb2.MigrateTaskResponse:
+        """Move one owned task to another node gracefully; see coordinator.proto and the module doc.
+
+        Errors: INVALID_ARGUMENT (task_id, target_node_id, reason,
+        release_timeout_ms), NOT_FOUND (task, target node), FAILED_PRECONDITION
+        (not ASSIGNED / RUNNING, a move in progress, target not ALIVE, cordoned,
+        disconnected, the owner, or not matching the task), ABORTED
+        (expected_epoch mismatch), RESOURCE_EXHAUSTED (no free slot on the
+        target), UNAVAILABLE.
+        """
+
+        def check() -> float | None:
+            _check_id(request.task_id, "task_id")
+            if request.target_node_id:
+                _check_id(request.target_node_id, "target_node_id")
+            _check_reason(request.reason)
+            return _release_timeout_s(request.release_timeout_ms)
+
+        timeout_s = await self._validated(context, check)
+        if not self._runtime.leading:
+            response: coordinator_pb2.MigrateTaskResponse = await self._proxy(
+                "MigrateTask", request, coordinator_pb2.MigrateTaskResponse, context
+            )
+            return response
+        request_id = f"migrate-{uuid.uuid4().hex}"
+        event = MigrateRequested(
+            request_id,
+            request.task_id,
+            0.0,
+            target_node_id=request.target_node_id,
+            expected_epoch=request.expected_epoch if request.HasField("expected_epoch") else None,
+            reason=request.reason,
+            release_timeout_s=timeout_s,
+        )
+        reply = await self._request(event, request_id, context)
+        task = self._task_after(reply)
+        if task is None:
+            await self._unavailable(context)
+        return coordinator_pb2.MigrateTaskResponse(
+            task=convert.task_record_to_pb(task), move_id=request_id
         )
 
     async def _proxy(
@@ -214,6 +488,24 @@ class CoordinatorApi:
         except grpc.aio.AioRpcError as exc:
             context.set_trailing_metadata(((LEADER_ADDRESS_METADATA, leader.value),))
             await context.abort(exc.code(), exc.details() or "")
+
+    async def _leader_address(self, context: Context) -> str:
+        leader = None
+        try:
+            leader = await self._runtime.election.leader()
+        except Exception as exc:  # etcd unreachable
+            _log.warning("reading the leader failed: %s", exc)
+        own = self._runtime.settings.advertise_address
+        if leader is None or not leader.value or leader.value == own:
+            await self._unavailable(context, leader.value if leader else "")
+        return str(leader.value)
+
+    def _channel(self, address: str) -> grpc.aio.Channel:
+        channel = self._channels.get(address)
+        if channel is None:
+            channel = grpc.aio.insecure_channel(address)
+            self._channels[address] = channel
+        return channel
 
     async def _unavailable(self, context: Context, address: str = "") -> NoReturn:
         if not address:
@@ -387,26 +679,225 @@ class CoordinatorApi:
     async def _unimplemented(self, request: Any, context: Context) -> Any:
         await context.abort(grpc.StatusCode.UNIMPLEMENTED, "not implemented yet")
 
-    CancelTask = _unimplemented
-    DrainNode = _unimplemented
-    UncordonNode = _unimplemented
-    MigrateTask = _unimplemented
-    GetCheckpoint = _unimplemented
     ForkTask = _unimplemented
 
-    async def WatchEvents(self, request: Any, context: Context) -> None:
-        """Not implemented yet (UNIMPLEMENTED)."""
-        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "not implemented yet")
+    # ------------------------------------------------------------------ events
+
+    async def WatchEvents(
+        self, request: coordinator_pb2.WatchEventsRequest, context: Context
+    ) -> AsyncIterator[coordinator_pb2.WatchEventsResponse]:
+        """Stream events from from_revision, then live; see the module docstring.
+
+        Errors: INVALID_ARGUMENT (types), UNAVAILABLE (no leader, or the
+        leader changed: resume from the last revision + 1), RESOURCE_EXHAUSTED
+        (this watcher fell too far behind).
+        """
+        types = await self._validated(context, lambda: _check_event_types(request.types))
+        if not self._runtime.leading:
+            async for response in self._proxy_watch(request, context):
+                yield response
+            return
+        log = self._runtime.event_log
+        watcher = log.subscribe(
+            request.from_revision,
+            EventFilter(types=types, task_id=request.task_id, node_id=request.node_id),
+        )
+        try:
+            if watcher.gap:
+                await context.send_initial_metadata(
+                    (
+                        (WATCH_GAP_METADATA, "1"),
+                        (WATCH_OLDEST_METADATA, str(watcher.first_revision)),
+                    )
+                )
+            async for response in _drain(watcher, request.progress_interval_ms):
+                yield response
+            code, message = watcher.closed or (grpc.StatusCode.UNAVAILABLE, "stream ended")
+            if code is grpc.StatusCode.UNAVAILABLE:
+                await self._unavailable_stream(context, message)
+            await context.abort(code, message)
+        finally:
+            log.unsubscribe(watcher)
+
+    async def _unavailable_stream(self, context: Context, message: str) -> NoReturn:
+        try:
+            leader = await self._runtime.election.leader()
+        except Exception:
+            leader = None
+        if leader is not None and leader.value:
+            context.set_trailing_metadata(((LEADER_ADDRESS_METADATA, leader.value),))
+        await context.abort(grpc.StatusCode.UNAVAILABLE, message)
+        raise AssertionError("unreachable")
+
+    async def _proxy_watch(
+        self, request: coordinator_pb2.WatchEventsRequest, context: Context
+    ) -> AsyncIterator[coordinator_pb2.WatchEventsResponse]:
+        address = await self._leader_address(context)
+        call = self._channel(address).unary_stream(
+            f"/{SERVICE_NAME}/WatchEvents",
+            request_serializer=coordinator_pb2.WatchEventsRequest.SerializeToString,
+            response_deserializer=coordinator_pb2.WatchEventsResponse.FromString,
+        )(request, timeout=context.time_remaining())
+        try:
+            metadata = await call.initial_metadata()
+            relay = tuple(
+                (key, value)
+                for key, value in (metadata or ())
+                if key in (WATCH_GAP_METADATA, WATCH_OLDEST_METADATA)
+            )
+            if relay:
+                await context.send_initial_metadata(relay)
+            async for response in call:
+                yield response
+        except grpc.aio.AioRpcError as exc:
+            context.set_trailing_metadata(((LEADER_ADDRESS_METADATA, address),))
+            await context.abort(exc.code(), exc.details() or "")
+        finally:
+            call.cancel()
+        # The leader never ends a stream with OK; a clean end means it went away.
+        await context.abort(grpc.StatusCode.UNAVAILABLE, "the leader ended the stream")
+
+    # ------------------------------------------------------------------ checkpoints
+
+    def _replica(self) -> RedisCheckpointReplica:
+        if self._redis is None:
+            self._redis = redis.asyncio.Redis.from_url(
+                self._redis_url,
+                socket_connect_timeout=REDIS_TIMEOUT_S,
+                socket_timeout=REDIS_TIMEOUT_S,
+            )
+        return RedisCheckpointReplica(self._redis)
+
+    async def GetCheckpoint(
+        self, request: coordinator_pb2.GetCheckpointRequest, context: Context
+    ) -> coordinator_pb2.GetCheckpointResponse:
+        """Read a task's newest replicated checkpoint (and journal) from Redis.
+
+        Redis keeps only the newest checkpoint of a task: a selector answers
+        NOT_FOUND unless it designates that one. Errors: INVALID_ARGUMENT
+        (task_id, seq, checkpoint_ref malformed or naming another task),
+        NOT_FOUND, DATA_LOSS (unparsable or checksum mismatch; names the ref),
+        UNAVAILABLE (Redis unreachable), DEADLINE_EXCEEDED.
+        """
+
+        def check() -> None:
+            _check_id(request.task_id, "task_id")
+            which = request.WhichOneof("selector")
+            if which == "seq" and request.seq < 1:
+                raise _invalid("seq: must be >= 1")
+            if which == "checkpoint_ref":
+                ref = request.checkpoint_ref
+                owner, at, seq = ref.rpartition("@")
+                if not ref or not at or not owner or not seq.isdigit():
+                    raise _invalid("checkpoint_ref: malformed, want <task_id>@<seq>")
+                if owner != request.task_id:
+                    raise _invalid(f"checkpoint_ref: {ref!r} names another task")
+
+        await self._validated(context, check)
+        task_id = request.task_id
+        try:
+            async with asyncio.timeout(context.time_remaining()):
+                state = await self._replica().load(task_id)
+        except TimeoutError:
+            await context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, "reading Redis took too long")
+            raise AssertionError("unreachable") from None
+        except CorruptedRecord as exc:
+            await context.abort(grpc.StatusCode.DATA_LOSS, str(exc))
+            raise AssertionError("unreachable") from exc
+        except (redis.exceptions.RedisError, OSError) as exc:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, f"Redis is unreachable: {exc}")
+            raise AssertionError("unreachable") from exc
+        if state is None or state.checkpoint is None:
+            await context.abort(
+                grpc.StatusCode.NOT_FOUND, f"task_id: no replicated checkpoint of {task_id!r}"
+            )
+            raise AssertionError("unreachable")
+        checkpoint = state.checkpoint
+        which = request.WhichOneof("selector")
+        newest = f"the newest replicated checkpoint is seq {checkpoint.seq}; Redis keeps only it"
+        if (
+            (which == "seq" and request.seq != checkpoint.seq)
+            or (which == "checkpoint_ref" and request.checkpoint_ref != checkpoint.checkpoint_ref)
+            or (
+                which == "at_or_before_journal_seq"
+                and checkpoint.covers_journal_seq > request.at_or_before_journal_seq
+            )
+        ):
+            await context.abort(grpc.StatusCode.NOT_FOUND, f"{which}: no such checkpoint; {newest}")
+        if not verify_record_checksum(checkpoint):
+            await context.abort(
+                grpc.StatusCode.DATA_LOSS,
+                f"checkpoint {checkpoint.checkpoint_ref!r} fails its checksum",
+            )
+        response = coordinator_pb2.GetCheckpointResponse(
+            location=records_pb2.CHECKPOINT_LOCATION_REDIS
+        )
+        response.checkpoint.CopyFrom(checkpoint)
+        if request.omit_payload:
+            response.checkpoint.ClearField("payload")
+        if request.include_journal:
+            limit = request.max_journal_events or DEFAULT_JOURNAL_EVENTS
+            events = [e for e in state.events if e.seq > checkpoint.covers_journal_seq]
+            for event in events[:limit]:
+                if not verify_record_checksum(event):
+                    await context.abort(
+                        grpc.StatusCode.DATA_LOSS,
+                        f"journal event {event.seq} of {task_id!r} fails its checksum",
+                    )
+            response.journal_events.extend(events[:limit])
+            response.journal_truncated = len(events) > limit
+        return response
+
+
+async def _drain(
+    watcher: Watcher, progress_interval_ms: int
+) -> AsyncIterator[coordinator_pb2.WatchEventsResponse]:
+    """Responses for one watcher until it is closed: events in batches, progress when idle."""
+    interval_s = (
+        max(progress_interval_ms, MIN_PROGRESS_INTERVAL_MS) / 1000.0
+        if progress_interval_ms
+        else None
+    )
+    loop = asyncio.get_running_loop()
+    last_sent = loop.time()
+    while True:
+        if watcher.closed is not None:
+            break
+        wait_s = None if interval_s is None else max(0.0, last_sent + interval_s - loop.time())
+        if not await watcher.wait(wait_s):
+            last_sent = loop.time()
+            yield coordinator_pb2.WatchEventsResponse(revision=watcher.cursor)
+            continue
+        events, revision = watcher.take(MAX_EVENTS_PER_RESPONSE)
+        if events:
+            last_sent = loop.time()
+            yield coordinator_pb2.WatchEventsResponse(events=events, revision=revision)
+    # Ended by a change of leader: what was queued is still valid, send it first.
+    # (A watcher ended for falling behind is not flushed: it is the slow one.)
+    if watcher.closed[0] is grpc.StatusCode.UNAVAILABLE:
+        while watcher.pending:
+            events, revision = watcher.take(MAX_EVENTS_PER_RESPONSE)
+            yield coordinator_pb2.WatchEventsResponse(events=events, revision=revision)
 
 
 def add_coordinator_service(
-    server: grpc.aio.Server, runtime: CoordinatorRuntime, cache: ReadCache
+    server: grpc.aio.Server,
+    runtime: CoordinatorRuntime,
+    cache: ReadCache,
+    *,
+    redis_url: str = "redis://127.0.0.1:6379/0",
 ) -> CoordinatorApi:
     """Register CoordinatorService on ``server``.
+
+    Args:
+        server: the gRPC server.
+        runtime: the replica's runtime.
+        cache: its etcd read cache.
+        redis_url: where GetCheckpoint reads replicated checkpoints.
 
     Returns:
         The servicer (close it on shutdown).
     """
-    api = CoordinatorApi(runtime, cache)
+    api = CoordinatorApi(runtime, cache, redis_url=redis_url)
     coordinator_pb2_grpc.add_CoordinatorServiceServicer_to_server(api, server)  # type: ignore[no-untyped-call]
     return api

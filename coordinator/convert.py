@@ -479,7 +479,11 @@ def heartbeat_to_event(
 def _change_from_pb(msg: agent_pb2.TaskUpdate) -> ev.TaskChange:
     which = msg.WhichOneof("change")
     if which == "started":
-        return ev.Started(resumed_from=_opt_checkpoint(msg.started, "resumed_from"))
+        return ev.Started(
+            resumed_from=_opt_checkpoint(msg.started, "resumed_from"),
+            from_redis=msg.started.location == records_pb2.CHECKPOINT_LOCATION_REDIS,
+            replayed_journal_events=msg.started.replayed_journal_events,
+        )
     if which == "checkpointed":
         c = msg.checkpointed
         return ev.Checkpointed(
@@ -499,6 +503,36 @@ def _change_from_pb(msg: agent_pb2.TaskUpdate) -> ev.TaskChange:
             journal_seq=r.journal_seq,
         )
     raise UnknownChange("task_update.change: must be set")
+
+
+def lineage_report_to_event(
+    session_id: str, node_id: str, msg: agent_pb2.LineageReport, now_s: float
+) -> ev.LineageReported:
+    """A LineageReport -> ``LineageReported`` (counts and ranges; the records stay in Redis).
+
+    Raises:
+        ValueError: ``fork_id`` or ``task_id`` empty, or ``epoch`` < 1 (names the field).
+    """
+    if not msg.fork_id:
+        raise ValueError("lineage_report.fork_id: must not be empty")
+    if not msg.task_id:
+        raise ValueError("lineage_report.task_id: must not be empty")
+    if msg.epoch < 1:
+        raise ValueError("lineage_report.epoch: must be >= 1")
+    seqs = [e.seq for e in msg.journal_events]
+    return ev.LineageReported(
+        session_id=session_id,
+        node_id=node_id,
+        now_s=now_s,
+        fork_id=msg.fork_id,
+        task_id=msg.task_id,
+        epoch=msg.epoch,
+        divergent_checkpoints=len(msg.checkpoints),
+        divergent_events=len(msg.journal_events),
+        first_journal_seq=min(seqs, default=0),
+        last_journal_seq=max(seqs, default=0),
+        head_checkpoint_seq=max((c.seq for c in msg.checkpoints), default=0),
+    )
 
 
 def task_update_to_event(
@@ -629,6 +663,15 @@ def directive_to_pb(
                 cancelled=directive.cancelled,
             )
         )
+    if isinstance(directive, d.LineageAck):
+        return agent_pb2.CoordinatorMessage(
+            lineage_ack=agent_pb2.LineageAck(
+                fork_id=directive.fork_id,
+                task_id=directive.task_id,
+                epoch=directive.epoch,
+                resolution=records_pb2.FORK_RESOLUTION_KEPT,
+            )
+        )
     return agent_pb2.CoordinatorMessage(
         task_update_ack=agent_pb2.TaskUpdateAck(
             update_seq=directive.update_seq,
@@ -707,6 +750,9 @@ def directive_from_pb(msg: agent_pb2.CoordinatorMessage) -> d.Directive:
             current_epoch=k.current_epoch,
             message=k.message,
         )
+    if which == "lineage_ack":
+        la = msg.lineage_ack
+        return d.LineageAck(fork_id=la.fork_id, task_id=la.task_id, epoch=la.epoch)
     raise ValueError(f"CoordinatorMessage.{which}: not a core directive")
 
 
@@ -834,6 +880,23 @@ def notice_to_pb(command: EmitEvent, revision: int = 0) -> records_pb2.Event:
                 node_id=b.node_id,
                 epoch=b.epoch,
                 resumed_from_seq=b.resumed_from_seq,
+                location=records_pb2.CHECKPOINT_LOCATION_REDIS
+                if b.from_redis
+                else records_pb2.CHECKPOINT_LOCATION_LOCAL,
+                replayed_journal_events=b.replayed_journal_events,
+                interruption_ms=round(b.interruption_s * 1000),
+                redone_checkpoints=b.redone_checkpoints,
+            )
+        )
+    elif isinstance(b, n.RecoveryCompleted):
+        out.recovery_completed.CopyFrom(
+            records_pb2.RecoveryCompleted(
+                node_id=b.node_id,
+                incarnation=b.incarnation,
+                tasks_recovered=b.tasks_recovered,
+                tasks_failed=b.tasks_failed,
+                detection_ms=round(b.detection_s * 1000),
+                recovery_ms=round(b.recovery_s * 1000),
             )
         )
     elif isinstance(b, n.TaskCompleted):
@@ -860,6 +923,29 @@ def notice_to_pb(command: EmitEvent, revision: int = 0) -> records_pb2.Event:
     elif isinstance(b, n.TaskCancelled):
         out.task_cancelled.CopyFrom(
             records_pb2.TaskCancelled(task_id=b.task_id, node_id=b.node_id, reason=b.reason)
+        )
+    elif isinstance(b, n.ConflictDetected):
+        out.conflict_detected.fork.CopyFrom(
+            records_pb2.ForkRecord(
+                fork_id=b.fork_id,
+                task_id=b.task_id,
+                lineage_task_id=b.task_id,
+                node_id=b.node_id,
+                stale_epoch=b.stale_epoch,
+                current_epoch=b.current_epoch,
+                divergent_checkpoints=b.divergent_checkpoints,
+                divergent_journal_events=b.divergent_events,
+                first_divergent_journal_seq=b.first_journal_seq,
+                last_divergent_journal_seq=b.last_journal_seq,
+                head_checkpoint=records_pb2.CheckpointSummary(
+                    task_id=b.task_id, seq=b.head_checkpoint_seq, epoch=b.stale_epoch
+                )
+                if b.head_checkpoint_seq
+                else None,
+                resolution=records_pb2.FORK_RESOLUTION_KEPT,
+                detected_at_unix_ms=out.occurred_at_unix_ms,
+                written_term=out.term,
+            )
         )
     else:
         out.zombie_fenced.CopyFrom(

@@ -16,8 +16,11 @@ it observes and acts:
   the leadership's ``Fence`` (awaited before the next command); a
   ``FencedWriteRejected`` feeds ``LeadershipLost`` and drops the rest of the
   list; an etcd outage that outlasts the retries feeds ``PersistFailed``,
-  whose ``StepDown`` resigns. ``EmitEvent`` appends to an in-memory event log
-  (``events``). ``SendDirective`` puts the converted message on the Session's
+  whose ``StepDown`` resigns. ``EmitEvent`` appends to the leader's event log
+  (``event_log``, ``coordinator.eventlog``: a bounded ring buffer with
+  revisions ``term << 32 | counter``, served by WatchEvents; a new
+  leadership starts it with a ``LeaderElected`` event, and losing leadership
+  ends its watchers with UNAVAILABLE). ``SendDirective`` puts the converted message on the Session's
   outbound queue; ``CloseSession`` queues the end of that stream with the
   status; ``ReplyToRequest`` resolves the waiting orchestrator request;
   ``StepDown`` resigns the election.
@@ -77,6 +80,7 @@ from coordinator.etcd_store import (
     FencedWriteRejected,
     PutRecord,
 )
+from coordinator.eventlog import EventLog
 from lazarus.v1 import agent_pb2, records_pb2
 
 __all__ = [
@@ -90,8 +94,8 @@ __all__ = [
 
 _log = logging.getLogger("lazarus.coordinator.runtime")
 
-EVENT_LOG_SIZE = 10_000
-"""Most cluster events kept in memory."""
+EVENT_LOG_SIZE = 50_000
+"""Most cluster events kept in memory (WatchEvents replays from them)."""
 
 PERSIST_RETRIES = 5
 """Attempts of one fenced write while etcd is unavailable, before PersistFailed."""
@@ -273,8 +277,8 @@ class CoordinatorRuntime:
         self.core = CoordinatorCore(core_settings, rng=Random(seed))
         self.now_s = clock if clock is not None else wall_anchored_clock()
         self.observer: Observer = observer if observer is not None else _NullObserver()
-        self.events: collections.deque[records_pb2.Event] = collections.deque(maxlen=EVENT_LOG_SIZE)
-        self._event_revision = 0
+        self.event_log = EventLog(EVENT_LOG_SIZE)
+        self._observed_terms: set[int] = set()  # recent leader terms seen in the election
         self._lock = asyncio.Lock()
         self._channels: dict[str, Channel] = {}
         self._requests: dict[str, asyncio.Future[ReplyToRequest]] = {}
@@ -289,6 +293,11 @@ class CoordinatorRuntime:
     def leading(self) -> bool:
         """True while this replica leads and its core has the records loaded."""
         return self._leadership is not None and self.core.role is Role.LEADER
+
+    @property
+    def events(self) -> collections.deque[records_pb2.Event]:
+        """The events of the current (or last) leadership, oldest first."""
+        return self.event_log.events
 
     @property
     def leadership(self) -> Leadership | None:
@@ -336,6 +345,19 @@ class CoordinatorRuntime:
                 snapshot.revision,
             )
             self.observer.leadership_changed(True, leadership.term)
+            self.event_log.begin_term(leadership.term)
+            previous = max((t for t in self._observed_terms if t < leadership.term), default=0)
+            self.event_log.append(
+                records_pb2.Event(
+                    occurred_at_unix_ms=convert.s_to_ms(self._now()),
+                    leader_elected=records_pb2.LeaderElected(
+                        leader_id=self.settings.member_id,
+                        leader_address=self.settings.advertise_address,
+                        term=leadership.term,
+                        previous_term=previous,
+                    ),
+                )
+            )
             event = LeadershipAcquired(
                 term=leadership.term, now_s=self._now(), nodes=nodes, tasks=tasks
             )
@@ -357,6 +379,7 @@ class CoordinatorRuntime:
                 self.core.step(LeadershipLost(now_s=self._now(), reason="leadership lost"))
             if was:
                 self.observer.leadership_changed(False, leadership.term)
+            self.event_log.close_all("this coordinator is no longer leader; resume elsewhere")
             for channel in list(self._channels.values()):
                 channel.close(grpc.StatusCode.UNAVAILABLE, "this coordinator is no longer leader")
             self.observer.state_changed(self.core)
@@ -378,6 +401,9 @@ class CoordinatorRuntime:
             try:
                 async for leader in self.election.observe():
                     self.observer.leader_observed(leader.key, leader.term)
+                    self._observed_terms.add(leader.term)
+                    while len(self._observed_terms) > 8:
+                        self._observed_terms.discard(min(self._observed_terms))
             except (aetcd.ClientError, ElectionLost) as exc:
                 _log.warning("observing the election failed: %s; retrying", exc)
             await asyncio.sleep(CAMPAIGN_RETRY_INTERVAL_S)
@@ -495,8 +521,7 @@ class CoordinatorRuntime:
         return False
 
     def _emit(self, command: EmitEvent) -> None:
-        self._event_revision += 1
-        self.events.append(convert.notice_to_pb(command, self._event_revision))
+        self.event_log.append(convert.notice_to_pb(command))
         self.observer.event_emitted(command)
         _log.info("event term=%d %s", command.term, command.body)
 

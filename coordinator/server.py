@@ -66,6 +66,7 @@ class ServerSettings:
         etcd_key_file: PEM private key of ``etcd_cert_file``.
         etcd_token_renewal_s: with a username, re-authenticate this often
             (below etcd's ``--auth-token-ttl``, 300 s by default).
+        redis_url: the Redis holding replicated checkpoints (GetCheckpoint).
 
     Raises:
         ValueError: only one of username / password, or of cert / key file, given.
@@ -85,6 +86,7 @@ class ServerSettings:
     etcd_cert_file: str = ""
     etcd_key_file: str = ""
     etcd_token_renewal_s: float = TOKEN_RENEWAL_S
+    redis_url: str = "redis://127.0.0.1:6379/0"
 
     def __post_init__(self) -> None:
         if bool(self.etcd_username) != bool(self.etcd_password):
@@ -163,7 +165,7 @@ class CoordinatorServer:
         )
         self.runtime = runtime
         add_agent_service(server, runtime)
-        self._api = add_coordinator_service(server, runtime, cache)
+        self._api = add_coordinator_service(server, runtime, cache, redis_url=s.redis_url)
         self._health = await add_health_and_reflection(server)
         await server.start()
         self._server = server

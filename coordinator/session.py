@@ -221,6 +221,14 @@ class AgentSessionService:
             except convert.UnknownChange as exc:
                 return invalid, str(exc)
             fed = await runtime.feed(update)
+        elif which == "lineage_report":
+            try:
+                lineage = convert.lineage_report_to_event(
+                    sid, channel.node_id, message.lineage_report, 0.0
+                )
+            except ValueError as exc:
+                return invalid, str(exc)
+            fed = await runtime.feed(lineage)
         elif which == "goodbye":
             bye = message.goodbye
             fed = await runtime.feed(

@@ -98,6 +98,7 @@ from coordinator.core.directives import (
     Directive,
     Drain,
     HeartbeatAck,
+    LineageAck,
     Release,
     Revoke,
     TaskUpdateAck,
@@ -115,6 +116,8 @@ from coordinator.core.events import (
     HeartbeatReceived,
     LeadershipAcquired,
     LeadershipLost,
+    LineageReported,
+    MigrateRequested,
     PersistFailed,
     Released,
     SessionClosed,
@@ -127,7 +130,7 @@ from coordinator.core.events import (
 )
 from coordinator.core.guard import GuardInput, MassFailureGuard
 from coordinator.core.membership import NodeEntry, NodeTrigger, next_node_state
-from coordinator.core.placement import Candidate, place
+from coordinator.core.placement import Candidate, is_eligible, place
 from coordinator.core.records import (
     AssignReason,
     FenceSource,
@@ -145,6 +148,7 @@ from coordinator.core.records import (
     TaskRecord,
     TaskState,
     UpdateOutcome,
+    labels_match,
 )
 from coordinator.core.settings import CoreSettings
 from coordinator.core.tasks import TaskTable, TaskTrigger
@@ -229,6 +233,18 @@ class CoreSnapshot:
 
 
 @dataclass(slots=True)
+class _Recovery:
+    """A gone node's tasks on their way to new owners (for RecoveryCompleted)."""
+
+    incarnation: str
+    started_s: float
+    detection_s: float
+    waiting: set[str] = field(default_factory=set)
+    recovered: int = 0
+    failed: int = 0
+
+
+@dataclass(slots=True)
 class _Out:
     """What one step produces, gathered before it is turned into ordered commands."""
 
@@ -274,6 +290,14 @@ class CoordinatorCore:
         self._tasks = TaskTable()
         # Why a PENDING task waits (for its next Assign): reason, move reason, from node.
         self._requeue: dict[str, tuple[AssignReason, MoveReason | None, str]] = {}
+        # Recoveries under way: a gone node -> its tasks not yet RUNNING elsewhere.
+        self._recoveries: dict[str, _Recovery] = {}
+        self._recovering: dict[str, str] = {}  # task id -> gone node it came from
+        self._interrupted_at: dict[str, float] = {}  # task id -> when it lost its owner
+        # Migrated tasks released by their owner, waiting for placement on the
+        # target: task id -> (target node id, or "" for any node but the avoided
+        # one; node to avoid). Memory only: a new leader places them anywhere.
+        self._pinned: dict[str, tuple[str, str]] = {}
         self._placement_dirty = False
         # Tasks whose release timed out: revoked at this epoch, requeued once the
         # owner shows it stopped (a heartbeat or Hello without it) or is gone.
@@ -290,7 +314,9 @@ class CoordinatorCore:
             TaskSubmitted: self._on_task_submitted,
             CancelRequested: self._on_cancel,
             DrainRequested: self._on_drain,
+            MigrateRequested: self._on_migrate,
             UncordonRequested: self._on_uncordon,
+            LineageReported: self._on_lineage,
             Tick: self._on_tick,
         }
 
@@ -442,6 +468,10 @@ class CoordinatorCore:
             task = self._tasks.get(task_id)
             if task is None or task.state is not TaskState.PENDING:
                 raise InvariantViolation(f"requeue entry for non-PENDING task {task_id!r}")
+        for task_id in self._pinned:
+            task = self._tasks.get(task_id)
+            if task is None or task.state is not TaskState.PENDING:
+                raise InvariantViolation(f"migration pin for non-PENDING task {task_id!r}")
         for task_id, epoch in self._revoking.items():
             task = self._tasks.get(task_id)
             if task is None or not task.state.owned or task.epoch != epoch:
@@ -465,7 +495,11 @@ class CoordinatorCore:
         self._nodes = {}
         self._tasks = TaskTable()
         self._requeue = {}
+        self._recoveries = {}
+        self._recovering = {}
+        self._interrupted_at = {}
         self._revoking = {}
+        self._pinned = {}
         self._placement_dirty = False
         self._judging = False
 
@@ -817,8 +851,56 @@ class CoordinatorCore:
             entry = self._nodes.get(node_id)
             if entry is not None and entry.state not in _GONE:
                 continue
-            for task in self._tasks.owned_by(node_id):
+            owned = self._tasks.owned_by(node_id)
+            recovery = self._recoveries.get(node_id)
+            if recovery is None:
+                dead_at = entry.dead_since_s if entry is not None else None
+                heard = self._detector.last_heard_s(node_id)
+                recovery = _Recovery(
+                    incarnation=entry.record.incarnation if entry is not None else "",
+                    started_s=dead_at if dead_at is not None else self._now_s,
+                    detection_s=(dead_at - heard)
+                    if dead_at is not None and heard is not None
+                    else 0.0,
+                )
+                self._recoveries[node_id] = recovery
+            for task in owned:
+                recovery.waiting.add(task.task_id)
+                self._recovering[task.task_id] = node_id
                 self._owner_lost(task, MoveReason.NODE_DEAD, out)
+            self._recovery_progress(node_id, out)
+
+    def _recovery_progress(self, node_id: str, out: _Out) -> None:
+        """Emit RecoveryCompleted once no task of the gone node waits any longer."""
+        recovery = self._recoveries.get(node_id)
+        if recovery is None or recovery.waiting:
+            return
+        del self._recoveries[node_id]
+        out.notices.append(
+            notices.RecoveryCompleted(
+                node_id=node_id,
+                incarnation=recovery.incarnation,
+                tasks_recovered=recovery.recovered,
+                tasks_failed=recovery.failed,
+                detection_s=recovery.detection_s,
+                recovery_s=self._now_s - recovery.started_s,
+            )
+        )
+
+    def _recovery_task_done(self, task_id: str, running: bool, out: _Out) -> None:
+        """A task of a recovery runs on a new owner (``running``) or has ended."""
+        node_id = self._recovering.pop(task_id, None)
+        if node_id is None:
+            return
+        recovery = self._recoveries.get(node_id)
+        if recovery is None or task_id not in recovery.waiting:
+            return
+        recovery.waiting.discard(task_id)
+        if running:
+            recovery.recovered += 1
+        else:
+            recovery.failed += 1
+        self._recovery_progress(node_id, out)
 
     def _expire_releases(self, out: _Out) -> None:
         now = self._now_s
@@ -997,9 +1079,23 @@ class CoordinatorCore:
             self._put_task(
                 TaskTrigger.START, replace(task, state=TaskState.RUNNING, started_at_s=started), out
             )
-            if change.resumed_from is not None:
+            self._recovery_task_done(task.task_id, True, out)
+            interrupted_at = self._interrupted_at.pop(task.task_id, None)
+            rep = task.last_replicated_checkpoint
+            resumed_seq = change.resumed_from.seq if change.resumed_from is not None else 0
+            redone = rep.seq - resumed_seq if rep is not None and rep.seq > resumed_seq else 0
+            if change.resumed_from is not None or redone or change.replayed_journal_events:
                 out.notices.append(
-                    notices.TaskResumed(task.task_id, node_id, task.epoch, change.resumed_from.seq)
+                    notices.TaskResumed(
+                        task.task_id,
+                        node_id,
+                        task.epoch,
+                        resumed_seq,
+                        from_redis=change.from_redis,
+                        replayed_journal_events=change.replayed_journal_events,
+                        redone_checkpoints=redone,
+                        interruption_s=now - interrupted_at if interrupted_at is not None else 0.0,
+                    )
                 )
             else:
                 out.notices.append(
@@ -1015,6 +1111,8 @@ class CoordinatorCore:
             rep = task.last_replicated_checkpoint
             newer_rep = ckpt.replicated and (rep is None or ckpt.seq > rep.seq)
             journal = max(task.last_replicated_journal_seq, change.replicated_journal_seq)
+            if task.state is TaskState.ASSIGNED:
+                self._recovery_task_done(task.task_id, True, out)
             if (
                 not (newer or newer_rep)
                 and journal == task.last_replicated_journal_seq
@@ -1071,6 +1169,31 @@ class CoordinatorCore:
             self._requeue_task(released, TaskTrigger.RELEASE, reason, out)
             return UpdateOutcome.ACCEPTED, ""
         raise UsageError(f"unknown task change {type(change).__name__}")
+
+    def _on_lineage(self, ev: LineageReported, out: _Out) -> None:
+        """A fenced owner kept divergent progress as a fork: report the conflict, ack."""
+        entry = self._current(ev.node_id, ev.session_id)
+        if entry is None:
+            return
+        task = self._tasks.get(ev.task_id)
+        stale = task is not None and (ev.epoch < task.epoch or _epoch_holder(task) != ev.node_id)
+        if task is not None and stale and (ev.divergent_checkpoints or ev.divergent_events):
+            out.notices.append(
+                notices.ConflictDetected(
+                    fork_id=ev.fork_id,
+                    task_id=ev.task_id,
+                    node_id=ev.node_id,
+                    stale_epoch=ev.epoch,
+                    current_epoch=task.epoch,
+                    current_owner_node_id=task.owner_node_id,
+                    divergent_checkpoints=ev.divergent_checkpoints,
+                    divergent_events=ev.divergent_events,
+                    first_journal_seq=ev.first_journal_seq,
+                    last_journal_seq=ev.last_journal_seq,
+                    head_checkpoint_seq=ev.head_checkpoint_seq,
+                )
+            )
+        self._send(entry, LineageAck(ev.fork_id, ev.task_id, ev.epoch), out)
 
     def _complete(self, task: TaskRecord, change: Completed, out: _Out) -> None:
         holder = _epoch_holder(task)
@@ -1211,6 +1334,101 @@ class CoordinatorCore:
             self._placement_dirty = True
         out.sends.append(ReplyToRequest(ev.request_id, StatusCode.OK, node_id=ev.node_id))
 
+    def _on_migrate(self, ev: MigrateRequested, out: _Out) -> None:
+        """Release one owned task to its owner for a move to ``ev.target_node_id``.
+
+        Replies NOT_FOUND (task, target node), INVALID_ARGUMENT (release
+        timeout), FAILED_PRECONDITION (task not ASSIGNED / RUNNING, a move in
+        progress, target not ALIVE, cordoned, disconnected, the owner, or not
+        matching the task's node_selector / kind), ABORTED (``expected_epoch``
+        is not the task's epoch), RESOURCE_EXHAUSTED (the target's free slots,
+        counting migrations already heading there, are too few). On OK the
+        task carries a MIGRATE ``TaskMove`` whose ``move_id`` is the request
+        id; once the owner reports Released, the task is placed on the target
+        (``_place_pinned``). A release timeout revokes it like a drain's and it
+        then resumes from its newest replicated checkpoint, still on the target
+        when the target can take it.
+        """
+        task = self._tasks.get(ev.task_id)
+
+        def reply(status: StatusCode, message: str = "") -> None:
+            out.sends.append(ReplyToRequest(ev.request_id, status, message, task_id=ev.task_id))
+
+        if task is None:
+            reply(StatusCode.NOT_FOUND, f"task_id: no task {ev.task_id!r}")
+            return
+        timeout = (
+            ev.release_timeout_s
+            if ev.release_timeout_s is not None
+            else self._settings.release_timeout_s
+        )
+        if not (math.isfinite(timeout) and timeout > 0):
+            reply(StatusCode.INVALID_ARGUMENT, "release_timeout_ms: must be > 0")
+            return
+        if not task.state.owned:
+            reply(
+                StatusCode.FAILED_PRECONDITION,
+                f"task is {task.state.name}, not ASSIGNED or RUNNING",
+            )
+            return
+        if ev.expected_epoch is not None and ev.expected_epoch != task.epoch:
+            reply(
+                StatusCode.ABORTED,
+                f"expected_epoch: the task is at epoch {task.epoch}, not {ev.expected_epoch}",
+            )
+            return
+        if task.move is not None:
+            reply(
+                StatusCode.FAILED_PRECONDITION,
+                f"a move is already in progress (move_id {task.move.move_id!r})",
+            )
+            return
+        owner = task.owner_node_id
+        target_id = ev.target_node_id
+        if target_id:
+            target = self._nodes.get(target_id)
+            if target is None:
+                reply(StatusCode.NOT_FOUND, f"target_node_id: no node {target_id!r}")
+                return
+            problem = ""
+            if target_id == owner:
+                problem = "is the task's current owner"
+            elif target.state is not NodeState.ALIVE:
+                problem = f"is {target.state.name}, not ALIVE"
+            elif target.record.cordoned:
+                problem = "is cordoned"
+            elif not target.connected:
+                problem = "has no open Session"
+            elif not labels_match(target.record.labels, task.spec.node_selector):
+                problem = "does not match spec.node_selector"
+            elif target.record.kinds and task.spec.kind not in target.record.kinds:
+                problem = f"does not run kind {task.spec.kind!r}"
+            if problem:
+                reply(StatusCode.FAILED_PRECONDITION, f"target_node_id: {target_id!r} {problem}")
+                return
+            candidate = next(c for c in self._candidates() if c.node_id == target_id)
+            free = candidate.capacity_slots - candidate.used_slots
+            if not is_eligible(candidate) or free < task.spec.effective_slots:
+                reply(
+                    StatusCode.RESOURCE_EXHAUSTED,
+                    f"target_node_id: {target_id!r} has {max(0, free)} free slots, "
+                    f"the task needs {task.spec.effective_slots}",
+                )
+                return
+        now = self._now_s
+        move = TaskMove(
+            move_id=ev.request_id,
+            reason=MoveReason.MIGRATE,
+            requested_at_s=now,
+            release_deadline_s=now + timeout,
+            target_node_id=target_id,
+        )
+        moved = self._put_task(TaskTrigger.ANNOTATE, replace(task, move=move), out)
+        entry = self._nodes[owner]
+        if entry.connected:
+            self._send_release(entry, moved, out)
+        reply(StatusCode.OK)
+
     # ------------------------------------------------------------------
     # Placement.
     # ------------------------------------------------------------------
@@ -1219,22 +1437,12 @@ class CoordinatorCore:
         if self._role is not Role.LEADER or not self._placement_dirty:
             return
         self._placement_dirty = False
+        if self._pinned:
+            self._place_pinned(out)
         pending = self._tasks.pending()
         if not pending:
             return
-        candidates = [
-            Candidate(
-                node_id=entry.node_id,
-                state=entry.state,
-                cordoned=entry.record.cordoned,
-                connected=entry.connected,
-                capacity_slots=entry.record.capacity_slots,
-                used_slots=sum(t.spec.effective_slots for t in self._tasks.owned_by(node_id)),
-                labels=entry.record.labels,
-                kinds=entry.record.kinds,
-            )
-            for node_id, entry in sorted(self._nodes.items())
-        ]
+        candidates = self._candidates()
         limit = self._settings.max_assignments_per_round
         placements = place(pending, candidates, self._rng, limit=limit)
         if len(placements) >= limit:
@@ -1244,6 +1452,48 @@ class CoordinatorCore:
             if task is None:
                 raise InvariantViolation(f"placement chose unknown task {placement.task_id!r}")
             self._assign(task, self._nodes[placement.node_id], out)
+
+    def _candidates(self) -> list[Candidate]:
+        """Every node as placement sees it; slots of migrations heading to a node count as used."""
+        incoming: dict[str, int] = {}
+        for task in self._tasks.moving():
+            target = task.move.target_node_id if task.move is not None else ""
+            if target:
+                incoming[target] = incoming.get(target, 0) + task.spec.effective_slots
+        return [
+            Candidate(
+                node_id=entry.node_id,
+                state=entry.state,
+                cordoned=entry.record.cordoned,
+                connected=entry.connected,
+                capacity_slots=entry.record.capacity_slots,
+                used_slots=sum(t.spec.effective_slots for t in self._tasks.owned_by(node_id))
+                + incoming.get(node_id, 0),
+                labels=entry.record.labels,
+                kinds=entry.record.kinds,
+            )
+            for node_id, entry in sorted(self._nodes.items())
+        ]
+
+    def _place_pinned(self, out: _Out) -> None:
+        """Place released migrations on their target (or off the avoided node); else unpin.
+
+        A pin is consumed either way: a task whose target can no longer take it
+        (gone, cordoned, disconnected, full) joins the ordinary placement round.
+        """
+        for task_id in sorted(self._pinned):
+            target, avoid = self._pinned.pop(task_id)
+            task = self._tasks.get(task_id)
+            if task is None or task.state is not TaskState.PENDING:
+                continue
+            candidates = [
+                c
+                for c in self._candidates()
+                if (c.node_id == target if target else c.node_id != avoid)
+            ]
+            chosen = place([task], candidates, self._rng)
+            if chosen:
+                self._assign(task, self._nodes[chosen[0].node_id], out)
 
     def _assign(self, task: TaskRecord, entry: NodeEntry, out: _Out) -> None:
         if entry.state is not NodeState.ALIVE or entry.record.cordoned or not entry.connected:
@@ -1346,6 +1596,7 @@ class CoordinatorCore:
     ) -> None:
         """Send an owned task back to PENDING (owner lost, retry, or release)."""
         owner = task.owner_node_id
+        self._interrupted_at.setdefault(task.task_id, self._now_s)
         self._revoking.pop(task.task_id, None)
         spends = trigger in (TaskTrigger.OWNER_LOST, TaskTrigger.RETRY)
         self._put_task(
@@ -1362,6 +1613,12 @@ class CoordinatorCore:
             ),
             out,
         )
+        if (
+            trigger is TaskTrigger.RELEASE
+            and task.move is not None
+            and task.move.reason is MoveReason.MIGRATE
+        ):
+            self._pinned[task.task_id] = (task.move.target_node_id, owner)
         if trigger is TaskTrigger.RETRY:
             self._requeue[task.task_id] = (AssignReason.RETRY, None, owner)
         else:
@@ -1377,8 +1634,11 @@ class CoordinatorCore:
     ) -> None:
         """Move a task to a terminal state, clearing its owner."""
         owner = task.owner_node_id
+        self._interrupted_at.pop(task.task_id, None)
+        self._recovery_task_done(task.task_id, state is TaskState.COMPLETED, out)
         self._requeue.pop(task.task_id, None)
         self._revoking.pop(task.task_id, None)
+        self._pinned.pop(task.task_id, None)
         self._put_task(
             trigger,
             replace(

@@ -28,6 +28,7 @@ __all__ = [
     "Directive",
     "Drain",
     "HeartbeatAck",
+    "LineageAck",
     "Release",
     "Revoke",
     "TaskUpdateAck",
@@ -115,4 +116,13 @@ class TaskUpdateAck:
     message: str = ""
 
 
-Directive = Welcome | HeartbeatAck | Assign | Revoke | Release | Drain | TaskUpdateAck
+@dataclass(frozen=True, slots=True)
+class LineageAck:
+    """The leader recorded a reported fork (resolution KEPT: kept, not merged)."""
+
+    fork_id: str
+    task_id: str
+    epoch: int
+
+
+Directive = Welcome | HeartbeatAck | Assign | Revoke | Release | Drain | TaskUpdateAck | LineageAck

@@ -42,6 +42,8 @@ __all__ = [
     "HeartbeatReceived",
     "LeadershipAcquired",
     "LeadershipLost",
+    "LineageReported",
+    "MigrateRequested",
     "PersistFailed",
     "Released",
     "SessionClosed",
@@ -156,6 +158,8 @@ class Started:
     """The handler started, fresh (``resumed_from`` None) or from a checkpoint."""
 
     resumed_from: CheckpointSummary | None = None
+    from_redis: bool = False
+    replayed_journal_events: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -249,6 +253,24 @@ class DrainRequested:
 
 
 @dataclass(frozen=True, slots=True)
+class MigrateRequested:
+    """An operator asked to move one owned task to another node gracefully (live migration).
+
+    ``target_node_id`` empty lets placement choose among the other nodes;
+    ``expected_epoch`` None skips the epoch check; ``release_timeout_s`` None
+    uses ``CoreSettings.release_timeout_s``.
+    """
+
+    request_id: str
+    task_id: str
+    now_s: float
+    target_node_id: str = ""
+    expected_epoch: int | None = None
+    reason: str = ""
+    release_timeout_s: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class UncordonRequested:
     """An operator asked to lift a node's cordon (ending its drain)."""
 
@@ -269,6 +291,36 @@ class Tick:
     now_s: float
 
 
+@dataclass(frozen=True, slots=True)
+class LineageReported:
+    """A node reports progress it made at a stale epoch that never reached Redis.
+
+    After a Revoke (or Redis refusing its epoch) the old owner's local store
+    may hold checkpoints and journal events beyond what it replicated. It
+    keeps them (a fork, DESIGN.md §7), writes a ForkRecord and the records to
+    Redis under the task's hash tag, and reports them here.
+
+    Attributes:
+        fork_id: the agent's id of the fork (unique per task, node and epoch).
+        task_id, epoch: the task and the stale epoch the progress was made at.
+        divergent_checkpoints, divergent_events: how much diverged.
+        first_journal_seq, last_journal_seq: the divergent journal range (0 = none).
+        head_checkpoint_seq: the newest divergent checkpoint's seq (0 = none).
+    """
+
+    session_id: str
+    node_id: str
+    now_s: float
+    fork_id: str
+    task_id: str
+    epoch: int
+    divergent_checkpoints: int = 0
+    divergent_events: int = 0
+    first_journal_seq: int = 0
+    last_journal_seq: int = 0
+    head_checkpoint_seq: int = 0
+
+
 Event = (
     LeadershipAcquired
     | LeadershipLost
@@ -281,6 +333,8 @@ Event = (
     | TaskSubmitted
     | CancelRequested
     | DrainRequested
+    | MigrateRequested
     | UncordonRequested
+    | LineageReported
     | Tick
 )

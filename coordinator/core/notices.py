@@ -22,6 +22,7 @@ from coordinator.core.records import (
 )
 
 __all__ = [
+    "ConflictDetected",
     "MassFailureGuardChanged",
     "NodeDead",
     "NodeDraining",
@@ -31,6 +32,7 @@ __all__ = [
     "NodeSuspected",
     "NodeUncordoned",
     "Notice",
+    "RecoveryCompleted",
     "TaskAssigned",
     "TaskCancelled",
     "TaskCompleted",
@@ -169,12 +171,22 @@ class TaskStarted:
 
 @dataclass(frozen=True, slots=True)
 class TaskResumed:
-    """An owner started a task from a checkpoint."""
+    """An owner started a task from a checkpoint.
+
+    ``redone_checkpoints`` > 0 is a data-loss event: the owner resumed from a
+    checkpoint older than the newest one the task's records show replicated
+    (it must stay 0). ``interruption_s``: from losing the previous owner (or
+    its release) to this start, seconds; 0 for a first start.
+    """
 
     task_id: str
     node_id: str
     epoch: int
     resumed_from_seq: int
+    from_redis: bool = False
+    replayed_journal_events: int = 0
+    redone_checkpoints: int = 0
+    interruption_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,6 +222,43 @@ class TaskCancelled:
 
 
 @dataclass(frozen=True, slots=True)
+class ConflictDetected:
+    """A fenced owner's divergent progress was kept as a fork (never silently dropped).
+
+    ``current_epoch`` / ``current_owner_node_id``: who owns the task now.
+    """
+
+    fork_id: str
+    task_id: str
+    node_id: str
+    stale_epoch: int
+    current_epoch: int
+    current_owner_node_id: str
+    divergent_checkpoints: int
+    divergent_events: int
+    first_journal_seq: int
+    last_journal_seq: int
+    head_checkpoint_seq: int
+
+
+@dataclass(frozen=True, slots=True)
+class RecoveryCompleted:
+    """Every task a DEAD (or LEFT) node held runs elsewhere again, or has ended.
+
+    ``recovery_s``: from the DEAD verdict to the last of its tasks RUNNING on a
+    new owner (the recovery-time metric of state_recovery_patterns.md);
+    ``detection_s``: the node's silence before the verdict.
+    """
+
+    node_id: str
+    incarnation: str
+    tasks_recovered: int
+    tasks_failed: int
+    detection_s: float
+    recovery_s: float
+
+
+@dataclass(frozen=True, slots=True)
 class ZombieFenced:
     """A node acting on a stale epoch was told to drop the task."""
 
@@ -240,4 +289,6 @@ Notice = (
     | TaskFailed
     | TaskCancelled
     | ZombieFenced
+    | RecoveryCompleted
+    | ConflictDetected
 )

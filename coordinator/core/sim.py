@@ -77,6 +77,7 @@ from coordinator.core.events import (
     Event,
     HeartbeatReceived,
     LeadershipAcquired,
+    MigrateRequested,
     Released,
     SessionClosed,
     SessionOpened,
@@ -92,6 +93,7 @@ from coordinator.core.records import (
     CheckpointSummary,
     HeldTask,
     HeldTaskStatus,
+    MoveReason,
     NodeRecord,
     NodeState,
     TaskProgress,
@@ -121,6 +123,7 @@ class SimConfig:
         liveness_s: length of the healed phase that must finish every task.
         fault_rate_per_s: expected faults per simulated second (whole fleet).
         failovers: whether leader failovers are part of the fault schedule.
+        migrations: whether operator MigrateTask requests are part of it.
         detector: which failure detector the core uses.
         max_latency_s: one-way message latency is uniform in [0.5 ms, this].
         heartbeat_jitter_s: each heartbeat is late by up to this much.
@@ -132,6 +135,7 @@ class SimConfig:
     liveness_s: float = 25.0
     fault_rate_per_s: float = 0.4
     failovers: bool = True
+    migrations: bool = True
     detector: DetectorKind = DetectorKind.FIXED_TIMEOUT
     max_latency_s: float = 0.02
     heartbeat_jitter_s: float = 0.1
@@ -148,6 +152,7 @@ class SimReport:
     guard_engaged: int = 0
     zombies_fenced: int = 0
     moved_tasks: int = 0
+    migrated_tasks: int = 0
     failovers: int = 0
     completed: int = 0
     failed: int = 0
@@ -458,6 +463,8 @@ class Simulation:
             self.report.zombies_fenced += 1
         elif isinstance(body, notices.TaskReassigned):
             self.report.moved_tasks += 1
+            if body.reason is MoveReason.MIGRATE:
+                self.report.migrated_tasks += 1
 
     def _check_end(self) -> None:
         if self.core is None:
@@ -514,8 +521,19 @@ class Simulation:
                 "drain",
                 "cancel",
                 "failover",
+                "migrate",
             ],
-            weights=[3, 2, 3, 2, 0.6, 1, 1, 0.6 if self.config.failovers else 0],
+            weights=[
+                3,
+                2,
+                3,
+                2,
+                0.6,
+                1,
+                1,
+                0.6 if self.config.failovers else 0,
+                1 if self.config.migrations else 0,
+            ],
         )[0]
         self.report.faults[kind] = self.report.faults.get(kind, 0) + 1
         if kind in ("crash", "silent_crash"):
@@ -548,6 +566,30 @@ class Simulation:
             self._feed(CancelRequested(f"cancel-{self.now:.3f}", task_id, self.now, "sim"))
         elif kind == "failover" and self.core is not None:
             self._failover()
+        elif kind == "migrate" and self.core is not None:
+            self._migrate(agent.node_id)
+
+    def _migrate(self, target: str) -> None:
+        """An operator moves a random owned task to ``target`` (or anywhere, or stale)."""
+        core = self.core
+        if core is None:
+            return
+        owned = [t for t in core.snapshot().tasks if t.state.owned]
+        if not owned:
+            return
+        task = self.rng.choice(owned)
+        roll = self.rng.random()
+        self._feed(
+            MigrateRequested(
+                f"migrate-{self.now:.3f}",
+                task.task_id,
+                self.now,
+                target_node_id="" if roll < 0.2 else target,
+                expected_epoch=task.epoch - 1 if roll > 0.9 else task.epoch,
+                reason="sim",
+                release_timeout_s=self.rng.uniform(0.5, 3.0),
+            )
+        )
 
     def _heal_all(self) -> None:
         self.healing = True

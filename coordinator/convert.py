@@ -483,6 +483,9 @@ def _change_from_pb(msg: agent_pb2.TaskUpdate) -> ev.TaskChange:
             resumed_from=_opt_checkpoint(msg.started, "resumed_from"),
             from_redis=msg.started.location == records_pb2.CHECKPOINT_LOCATION_REDIS,
             replayed_journal_events=msg.started.replayed_journal_events,
+            resume_point_s=msg.started.resume_point_unix_ms / 1000.0
+            if msg.started.resume_point_unix_ms
+            else None,
         )
     if which == "checkpointed":
         c = msg.checkpointed
@@ -885,6 +888,7 @@ def notice_to_pb(command: EmitEvent, revision: int = 0) -> records_pb2.Event:
                 else records_pb2.CHECKPOINT_LOCATION_LOCAL,
                 replayed_journal_events=b.replayed_journal_events,
                 interruption_ms=round(b.interruption_s * 1000),
+                work_redone_ms=round(b.work_redone_s * 1000),
                 redone_checkpoints=b.redone_checkpoints,
             )
         )

@@ -20,7 +20,16 @@ Series:
   first of a node);
 - ``lazarus_failure_detection_seconds`` (histogram: last heartbeat -> DEAD,
   from the core's NodeDead events);
-- ``lazarus_etcd_transaction_seconds{outcome}`` (histogram of fenced writes).
+- ``lazarus_etcd_transaction_seconds{outcome}`` (histogram of fenced writes);
+- recovery (state_recovery_patterns.md): ``lazarus_recovery_seconds``
+  (histogram: DEAD verdict -> the node's last task RUNNING elsewhere),
+  ``lazarus_recovered_tasks_total``, ``lazarus_failed_recoveries_total``
+  (tasks of a dead node that ended FAILED instead), ``lazarus_data_loss_events_total``
+  (a task resumed from a checkpoint older than one its record shows
+  replicated: must stay 0), ``lazarus_replayed_journal_events_total``,
+  ``lazarus_work_redone_seconds`` (histogram, upper bound per resumed task),
+  ``lazarus_task_interruption_seconds`` (histogram: owner lost -> resumed),
+  ``lazarus_conflicts_total`` (forks kept from fenced owners).
 """
 
 from __future__ import annotations
@@ -30,7 +39,7 @@ import time
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 from coordinator.core import CoordinatorCore, EmitEvent, NodeState, Role, TaskState
-from coordinator.core.notices import NodeDead
+from coordinator.core.notices import ConflictDetected, NodeDead, RecoveryCompleted, TaskResumed
 
 __all__ = ["REFRESH_INTERVAL_S", "Metrics"]
 
@@ -39,6 +48,7 @@ REFRESH_INTERVAL_S = 0.5
 
 _INTERARRIVAL_BUCKETS_S = (0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0)
 _DETECTION_BUCKETS_S = (0.5, 1.0, 2.0, 3.0, 3.5, 4.0, 5.0, 7.5, 10.0, 30.0)
+_RECOVERY_BUCKETS_S = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 30.0, 60.0)
 _ETCD_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0)
 
 
@@ -81,6 +91,45 @@ class Metrics:
             buckets=_ETCD_BUCKETS_S,
             registry=r,
         )
+        self.recovery = Histogram(
+            "lazarus_recovery_seconds",
+            "DEAD verdict of a node to the last of its tasks RUNNING elsewhere.",
+            buckets=_RECOVERY_BUCKETS_S,
+            registry=r,
+        )
+        self.recovered = Counter(
+            "lazarus_recovered_tasks", "Tasks of dead nodes running again elsewhere.", registry=r
+        )
+        self.failed_recoveries = Counter(
+            "lazarus_failed_recoveries",
+            "Tasks of dead nodes that ended FAILED instead of resuming.",
+            registry=r,
+        )
+        self.data_loss = Counter(
+            "lazarus_data_loss_events",
+            "Resumes from a checkpoint older than one known replicated (must stay 0).",
+            registry=r,
+        )
+        self.replayed = Counter(
+            "lazarus_replayed_journal_events",
+            "Journal events replayed after a checkpoint on resume.",
+            registry=r,
+        )
+        self.redone = Histogram(
+            "lazarus_work_redone_seconds",
+            "Upper bound of work a resumed task redoes (resume point to last heartbeat).",
+            buckets=_RECOVERY_BUCKETS_S,
+            registry=r,
+        )
+        self.interruption = Histogram(
+            "lazarus_task_interruption_seconds",
+            "A task's owner lost (or released) to the task running again.",
+            buckets=_RECOVERY_BUCKETS_S,
+            registry=r,
+        )
+        self.conflicts = Counter(
+            "lazarus_conflicts", "Forks kept from fenced owners' divergent progress.", registry=r
+        )
         for state in NodeState:
             self.nodes.labels(state.name).set(0)
         for task_state in TaskState:
@@ -117,9 +166,23 @@ class Metrics:
 
     def event_emitted(self, event: EmitEvent) -> None:
         """The core emitted a cluster event."""
-        if isinstance(event.body, NodeDead):
-            self.detection.observe(event.body.detection_s)
-            self._last_heartbeat_s.pop(event.body.node_id, None)
+        body = event.body
+        if isinstance(body, NodeDead):
+            self.detection.observe(body.detection_s)
+            self._last_heartbeat_s.pop(body.node_id, None)
+        elif isinstance(body, RecoveryCompleted):
+            self.recovery.observe(body.recovery_s)
+            self.recovered.inc(body.tasks_recovered)
+            self.failed_recoveries.inc(body.tasks_failed)
+        elif isinstance(body, TaskResumed):
+            self.replayed.inc(body.replayed_journal_events)
+            if body.redone_checkpoints:
+                self.data_loss.inc()
+            if body.interruption_s:
+                self.interruption.observe(body.interruption_s)
+                self.redone.observe(body.work_redone_s)
+        elif isinstance(body, ConflictDetected):
+            self.conflicts.inc()
 
     def etcd_write(self, seconds: float, ok: bool) -> None:
         """A fenced etcd write took ``seconds``."""

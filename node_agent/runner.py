@@ -475,6 +475,10 @@ class TaskRunner:
                 summary.replicated = remote is not None
                 run.checkpoint = summary
                 started.resumed_from.CopyFrom(summary)
+        points = [e.created_at_ms for e in local.events[-1:]]
+        if local_ckpt is not None:
+            points.append(local_ckpt.info.created_at_ms)
+        started.resume_point_unix_ms = max(points, default=0)
         started.restore_ms = int((time.monotonic() - t0) * 1000)
         return restored, started
 

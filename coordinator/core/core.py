@@ -294,6 +294,7 @@ class CoordinatorCore:
         self._recoveries: dict[str, _Recovery] = {}
         self._recovering: dict[str, str] = {}  # task id -> gone node it came from
         self._interrupted_at: dict[str, float] = {}  # task id -> when it lost its owner
+        self._last_heard: dict[str, float] = {}  # moved task id -> its dead owner's last beat
         # Migrated tasks released by their owner, waiting for placement on the
         # target: task id -> (target node id, or "" for any node but the avoided
         # one; node to avoid). Memory only: a new leader places them anywhere.
@@ -498,6 +499,7 @@ class CoordinatorCore:
         self._recoveries = {}
         self._recovering = {}
         self._interrupted_at = {}
+        self._last_heard = {}
         self._revoking = {}
         self._pinned = {}
         self._placement_dirty = False
@@ -864,9 +866,12 @@ class CoordinatorCore:
                     else 0.0,
                 )
                 self._recoveries[node_id] = recovery
+            heard_s = self._detector.last_heard_s(node_id)
             for task in owned:
                 recovery.waiting.add(task.task_id)
                 self._recovering[task.task_id] = node_id
+                if heard_s is not None:
+                    self._last_heard[task.task_id] = heard_s
                 self._owner_lost(task, MoveReason.NODE_DEAD, out)
             self._recovery_progress(node_id, out)
 
@@ -1081,6 +1086,13 @@ class CoordinatorCore:
             )
             self._recovery_task_done(task.task_id, True, out)
             interrupted_at = self._interrupted_at.pop(task.task_id, None)
+            heard = self._last_heard.pop(task.task_id, None)
+            point = change.resume_point_s
+            redone_s = 0.0
+            if heard is not None:
+                redone_s = max(0.0, heard - (point if point is not None else heard))
+                if point is None and task.started_at_s is not None:
+                    redone_s = max(0.0, heard - task.started_at_s)  # started from scratch
             rep = task.last_replicated_checkpoint
             resumed_seq = change.resumed_from.seq if change.resumed_from is not None else 0
             redone = rep.seq - resumed_seq if rep is not None and rep.seq > resumed_seq else 0
@@ -1095,6 +1107,7 @@ class CoordinatorCore:
                         replayed_journal_events=change.replayed_journal_events,
                         redone_checkpoints=redone,
                         interruption_s=now - interrupted_at if interrupted_at is not None else 0.0,
+                        work_redone_s=redone_s,
                     )
                 )
             else:
@@ -1635,6 +1648,7 @@ class CoordinatorCore:
         """Move a task to a terminal state, clearing its owner."""
         owner = task.owner_node_id
         self._interrupted_at.pop(task.task_id, None)
+        self._last_heard.pop(task.task_id, None)
         self._recovery_task_done(task.task_id, state is TaskState.COMPLETED, out)
         self._requeue.pop(task.task_id, None)
         self._revoking.pop(task.task_id, None)

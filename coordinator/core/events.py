@@ -160,6 +160,7 @@ class Started:
     resumed_from: CheckpointSummary | None = None
     from_redis: bool = False
     replayed_journal_events: int = 0
+    resume_point_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

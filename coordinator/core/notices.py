@@ -177,6 +177,10 @@ class TaskResumed:
     checkpoint older than the newest one the task's records show replicated
     (it must stay 0). ``interruption_s``: from losing the previous owner (or
     its release) to this start, seconds; 0 for a first start.
+    ``work_redone_s``: an upper bound of the work the new owner redoes: from
+    the newest record it restored to the last time the previous owner was
+    heard from (its clock vs ours: skew adds to it), seconds; 0 when the
+    previous owner stopped gracefully or nothing was lost.
     """
 
     task_id: str
@@ -187,6 +191,7 @@ class TaskResumed:
     replayed_journal_events: int = 0
     redone_checkpoints: int = 0
     interruption_s: float = 0.0
+    work_redone_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -193,16 +193,18 @@ class Heartbeat(_message.Message):
 class TaskUpdate(_message.Message):
     __slots__ = ("update_seq", "task_id", "epoch", "attempt", "occurred_at_unix_ms", "started", "checkpointed", "completed", "failed", "released")
     class Started(_message.Message):
-        __slots__ = ("resumed_from", "location", "replayed_journal_events", "restore_ms")
+        __slots__ = ("resumed_from", "location", "replayed_journal_events", "restore_ms", "resume_point_unix_ms")
         RESUMED_FROM_FIELD_NUMBER: _ClassVar[int]
         LOCATION_FIELD_NUMBER: _ClassVar[int]
         REPLAYED_JOURNAL_EVENTS_FIELD_NUMBER: _ClassVar[int]
         RESTORE_MS_FIELD_NUMBER: _ClassVar[int]
+        RESUME_POINT_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
         resumed_from: _records_pb2.CheckpointSummary
         location: _records_pb2.CheckpointLocation
         replayed_journal_events: int
         restore_ms: int
-        def __init__(self, resumed_from: _Optional[_Union[_records_pb2.CheckpointSummary, _Mapping]] = ..., location: _Optional[_Union[_records_pb2.CheckpointLocation, str]] = ..., replayed_journal_events: _Optional[int] = ..., restore_ms: _Optional[int] = ...) -> None: ...
+        resume_point_unix_ms: int
+        def __init__(self, resumed_from: _Optional[_Union[_records_pb2.CheckpointSummary, _Mapping]] = ..., location: _Optional[_Union[_records_pb2.CheckpointLocation, str]] = ..., replayed_journal_events: _Optional[int] = ..., restore_ms: _Optional[int] = ..., resume_point_unix_ms: _Optional[int] = ...) -> None: ...
     class Checkpointed(_message.Message):
         __slots__ = ("checkpoint", "journal_seq", "replicated_journal_seq")
         CHECKPOINT_FIELD_NUMBER: _ClassVar[int]

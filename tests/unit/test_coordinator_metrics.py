@@ -55,3 +55,25 @@ def test_coordinator_help_lists_env_vars_and_example() -> None:
     for needle in ("LAZARUS_DEAD_AFTER_S", "LAZARUS_LEASE_TTL_S", "LAZARUS_ETCD_ENDPOINT"):
         assert needle in result.output
     assert "Example: lazarus coordinator" in result.output
+
+
+def test_recovery_notices_become_recovery_series() -> None:
+    from coordinator.core.notices import ConflictDetected, RecoveryCompleted, TaskResumed
+
+    m = Metrics()
+    m.event_emitted(EmitEvent(1, 10.0, RecoveryCompleted("n1", "i1", 7, 1, 3.0, 0.4)))
+    resumed = TaskResumed(
+        "t1", "n2", 2, 5, from_redis=True, replayed_journal_events=9, interruption_s=3.5
+    )
+    m.event_emitted(EmitEvent(1, 10.0, resumed))
+    lost = TaskResumed("t2", "n2", 2, 3, redone_checkpoints=2, interruption_s=3.5)
+    m.event_emitted(EmitEvent(1, 10.0, lost))
+    m.event_emitted(EmitEvent(1, 10.0, ConflictDetected("f", "t", "n", 1, 2, "m", 0, 1, 5, 5, 0)))
+    assert _value(m, "lazarus_recovery_seconds_count") == 1
+    assert _value(m, "lazarus_recovery_seconds_sum") == 0.4
+    assert _value(m, "lazarus_recovered_tasks_total") == 7
+    assert _value(m, "lazarus_failed_recoveries_total") == 1
+    assert _value(m, "lazarus_replayed_journal_events_total") == 9
+    assert _value(m, "lazarus_data_loss_events_total") == 1
+    assert _value(m, "lazarus_task_interruption_seconds_count") == 2
+    assert _value(m, "lazarus_conflicts_total") == 1

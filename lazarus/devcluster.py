@@ -157,6 +157,8 @@ class LocalCluster:
         listen_host: address the coordinators bind (127.0.0.1, or a test
             namespace's host-side address in 198.18.0.0/15).
         redis_bind: addresses redis-server binds (127.0.0.1 always first).
+        durable_redis: run Redis with an fsync'd append-only file, so a Redis
+            restart keeps what it acknowledged (as a production Redis must).
     """
 
     def __init__(
@@ -172,6 +174,7 @@ class LocalCluster:
         env: dict[str, str] | None = None,
         listen_host: str = "127.0.0.1",
         redis_bind: Sequence[str] = (),
+        durable_redis: bool = True,
     ) -> None:
         if coordinators < 1:
             raise ValueError(f"coordinators: must be >= 1, got {coordinators}")
@@ -190,6 +193,7 @@ class LocalCluster:
         self.env = {"PYTHONUNBUFFERED": "1", **(env or {})}
         self.listen_host = listen_host
         self.redis_bind = list(redis_bind)
+        self.durable_redis = durable_redis
         self.etcd: EtcdServer | EtcdCluster | None = None
         self.redis: RedisServer | None = None
         self.coordinators: list[ChildProcess] = []
@@ -225,8 +229,15 @@ class LocalCluster:
                 self.etcd = EtcdServer(data_dir=self.run_dir / "etcd")
             self.etcd.start()
         if self.redis is None:
-            bind = ["--bind", " ".join(["127.0.0.1", *self.redis_bind])] if self.redis_bind else []
-            self.redis = RedisServer(data_dir=self.run_dir / "redis", extra_args=bind).start()
+            args: list[str] = []
+            if self.redis_bind:
+                # The extra addresses are test namespaces' veths in 198.18.0.0/15;
+                # protected mode would refuse them without a password.
+                args = ["--bind", " ".join(["127.0.0.1", *self.redis_bind])]
+                args += ["--protected-mode", "no"]
+            if self.durable_redis:
+                args += ["--appendonly", "yes", "--appendfsync", "always"]
+            self.redis = RedisServer(data_dir=self.run_dir / "redis", extra_args=args).start()
 
     def add_coordinator(self) -> ChildProcess:
         """Create and start one more coordinator replica."""
@@ -379,6 +390,18 @@ class LocalCluster:
                 return
             await asyncio.sleep(0.2)
         raise TimeoutError(f"cluster not ready after {timeout_s} s: agents not ALIVE: {missing}")
+
+    async def leader(self) -> tuple[int, str]:
+        """(index in ``coordinators``, member id) of the current leader.
+
+        Raises:
+            RuntimeError: no replica names a leader it knows.
+        """
+        status = await self.call("GetClusterStatus", coordinator_pb2.GetClusterStatusRequest())
+        for index, child in enumerate(self.coordinators):
+            if child.name == status.leader_id:
+                return index, status.leader_id
+        raise RuntimeError(f"leader {status.leader_id!r} is not one of this cluster's replicas")
 
     async def list_nodes(self) -> list[records_pb2.NodeRecord]:
         """Every node record (one page of up to 1,000)."""

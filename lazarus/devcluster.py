@@ -397,11 +397,25 @@ class LocalCluster:
         Raises:
             RuntimeError: no replica names a leader it knows.
         """
-        status = await self.call("GetClusterStatus", coordinator_pb2.GetClusterStatusRequest())
-        for index, child in enumerate(self.coordinators):
-            if child.name == status.leader_id:
-                return index, status.leader_id
-        raise RuntimeError(f"leader {status.leader_id!r} is not one of this cluster's replicas")
+        deadline = time.monotonic() + 10.0
+        leader_id = ""
+        while time.monotonic() < deadline:
+            for index, child in enumerate(self.coordinators):
+                if not child.alive:
+                    continue
+                # Ask each live replica: a follower may not have seen the leader yet.
+                with contextlib.suppress(grpc.aio.AioRpcError):
+                    async with self.channel(index) as channel:
+                        stub = coordinator_pb2_grpc.CoordinatorServiceStub(channel)  # type: ignore[no-untyped-call]
+                        status = await stub.GetClusterStatus(
+                            coordinator_pb2.GetClusterStatusRequest(), timeout=2.0
+                        )
+                    leader_id = status.leader_id
+                    for i, c in enumerate(self.coordinators):
+                        if c.name == leader_id and c.alive:
+                            return i, leader_id
+            await asyncio.sleep(0.1)  # between leaders
+        raise RuntimeError(f"no live replica leads (last answer: leader {leader_id!r})")
 
     async def list_nodes(self) -> list[records_pb2.NodeRecord]:
         """Every node record (one page of up to 1,000)."""

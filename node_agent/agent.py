@@ -154,7 +154,7 @@ class NodeAgent:
         self._outbound: asyncio.Queue[agent_pb2.AgentMessage] | None = None
         self._call: Any = None
         self._redirect = ""
-        self._closing = False  # we cancelled the current call on purpose
+        self._close_requested = asyncio.Event()  # the core said CloseSession
         self._lineage_reports: dict[str, agent_pb2.AgentMessage] = {}  # fork id -> until acked
         self._stopping = False
         self._sessions = 0
@@ -328,13 +328,33 @@ class NodeAgent:
                     hello = self.core.hello(self._now(), self._wall_ms())
                 # A follower answers NotLeader and ends the call at once, maybe
                 # before our Hello is written: read on even when the write fails.
-                with contextlib.suppress(grpc.aio.AioRpcError, asyncio.InvalidStateError):
-                    await call.write(hello)
+                self._close_requested.clear()
+                with contextlib.suppress(
+                    grpc.aio.AioRpcError, asyncio.InvalidStateError, TimeoutError
+                ):
+                    await asyncio.wait_for(call.write(hello), self.settings.rpc_timeout_s)
                 self._outbound = outbound
                 writer = asyncio.create_task(self._write_loop(call, outbound), name="agent-write")
+                closer = asyncio.ensure_future(self._close_requested.wait())
                 try:
                     while True:
-                        msg = await call.read()
+                        # Never wait on the stream alone: a CloseSession from the
+                        # clock (the self-fence) or a silent peer must end it too.
+                        read = asyncio.ensure_future(call.read())
+                        done, _ = await asyncio.wait(
+                            {read, closer},
+                            timeout=self.settings.rpc_timeout_s,
+                            return_when=asyncio.FIRST_COMPLETED,
+                        )
+                        if read not in done:
+                            read.cancel()
+                            reason = (
+                                "closed by the agent"
+                                if closer in done
+                                else f"nothing from {target} for {self.settings.rpc_timeout_s:g} s"
+                            )
+                            break
+                        msg = read.result()
                         if msg is grpc.aio.EOF:
                             reason = "stream ended by the coordinator"
                             break
@@ -358,6 +378,7 @@ class NodeAgent:
                             reason = "closed by the agent"
                             break
                 finally:
+                    closer.cancel()
                     writer.cancel()
                     with contextlib.suppress(asyncio.CancelledError, Exception):
                         await writer
@@ -366,16 +387,11 @@ class NodeAgent:
             reason = f"{exc.code().name}: {exc.details()}"
             level = logging.INFO if exc.code() is grpc.StatusCode.UNAVAILABLE else logging.WARNING
             _log.log(level, "session with %s ended: %s", target, reason)
-        except asyncio.CancelledError:
-            if not self._closing or self._stopping:
-                raise
-            reason = "closed by the agent"
         except Exception as exc:
             reason = repr(exc)
             _log.warning("session with %s failed: %r", target, exc)
         finally:
             self._call = None
-            self._closing = False
             self._outbound = None
             async with self._lock:
                 await self._execute(self.core.on_session_closed(self._now(), reason))
@@ -411,9 +427,7 @@ class NodeAgent:
                 if cmd.redirect:
                     self._redirect = cmd.redirect
                 _log.info("closing session: %s", cmd.reason)
-                if self._call is not None:
-                    self._closing = True
-                    self._call.cancel()  # the reader ends; the loop says Hello again
+                self._close_requested.set()  # the reader ends; the loop says Hello again
             elif isinstance(cmd, Notice):
                 self._notice(cmd)
             elif isinstance(cmd, ReportLineage):

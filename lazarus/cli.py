@@ -130,7 +130,9 @@ def drill(
         typer.Option(help="Directory for logs, stores, report.json, timeline.png (default: temp)."),
     ] = None,
     agents: Annotated[int, typer.Option(min=2, help="Node agents of the local cluster.")] = 4,
-    tasks: Annotated[int, typer.Option(min=1, help="Workload tasks per drill.")] = 40,
+    tasks: Annotated[
+        int, typer.Option(min=1, help="Workload tasks per drill (default: 3/4 of the slots).")
+    ] = 24,
     repeat: Annotated[int, typer.Option(min=1, help="Run the drills this many times.")] = 1,
     json_output: Annotated[
         bool, typer.Option("--json", help="Print the report as JSON (for scripts).")
@@ -159,10 +161,11 @@ def drill(
     not supported yet: run the drill on a machine where it can start the
     cluster itself.
 
-    Example: lazarus drill kill-node --tasks 40 --run-dir ./drill-run
+    Example: lazarus drill kill-node --tasks 24 --run-dir ./drill-run
     """
     import asyncio
     import json
+    import sys
     import tempfile
 
     from rich.console import Console
@@ -187,7 +190,7 @@ def drill(
             f"{scenario!r}: choose one of {', '.join(SCENARIOS)}, or all", param_hint="SCENARIO"
         )
     scenarios = list(SCENARIOS) if scenario == "all" else [scenario]
-    console = Console(stderr=json_output)
+    console = Console(stderr=json_output, width=None if sys.stdout.isatty() else 130)
     root = run_dir or Path(tempfile.mkdtemp(prefix="lazarus-drill-"))
     root.mkdir(parents=True, exist_ok=True)
     console.print(f"[bold]Lazarus drill[/] {scenario} — logs, report and timeline under {root}")

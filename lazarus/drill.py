@@ -282,7 +282,7 @@ class _Drill:
                 if f.get("redone_checkpoints", "0") not in ("0", ""):
                     r.notes.append(f"data loss on {f['task_id']}: {f}")
                     r.tasks_lost += 1
-            if kind == "ConflictDetected":
+            if kind == "ConflictDetected" and f.get("task_id") in by_id:
                 r.forks_kept += 1
             if kind == "ReconcileCompleted" and r.reconcile_convergence_s is None:
                 with contextlib.suppress(ValueError):
@@ -388,7 +388,7 @@ class _Drill:
         dead, _ = self._node_dead(victim.name, at)
         if dead is not None:
             r.detection_s = dead - at
-        r.recovery_s = self._recovery(victim.name, at)
+            r.recovery_s = await self._wait_for(lambda: self._recovery(victim.name, at), 20)
 
     async def _etcd_member_loss(self, r: DrillResult) -> None:
         etcd = self.cluster.etcd
@@ -439,8 +439,8 @@ async def run_drills(
     ns: Namespace | None,
     no_ns_reason: str,
     console: Console,
-    tasks: int = 40,
-    lines: int = 300,
+    tasks: int = 24,
+    lines: int = 400,
     work_ms: float = 8.0,
 ) -> list[DrillResult]:
     """Run ``scenarios`` one after another on ``cluster``; return what each measured."""

@@ -148,6 +148,7 @@ class NodeAgent:
         self._lock = asyncio.Lock()
         self._store: CheckpointStore | None = None
         self._redis: aioredis.Redis | None = None
+        self._replica: RedisCheckpointReplica | None = None
         self._replicator: Replicator | None = None
         self._runner: TaskRunner | None = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -185,6 +186,7 @@ class NodeAgent:
             kwargs["ssl_ca_certs"] = s.redis_ca_file
         self._redis = aioredis.from_url(s.redis_url, **kwargs)
         replica = RedisCheckpointReplica(self._redis)
+        self._replica = replica
         self._replicator = Replicator(
             replica,
             max_backlog=s.replication_backlog,
@@ -476,15 +478,18 @@ class NodeAgent:
         assert self._redis is not None
         store = self._store.aio
         task_id = cmd.task_id
-        infos = [
-            i
-            for i in await store.list(task_id)
-            if i.seq > cmd.replicated_checkpoint_seq and i.epoch <= cmd.epoch
-        ]
+        # Where the lineage that superseded ours started (recorded by its claim
+        # in Redis); without it, what this process saw acknowledged.
+        journal_base, ckpt_base = cmd.replicated_journal_seq, cmd.replicated_checkpoint_seq
+        if self._replica is not None:
+            with contextlib.suppress(Exception):
+                bases = await self._replica.lineage_bases(task_id)
+                newer = sorted(e for e in bases if e > cmd.epoch)
+                if newer:
+                    journal_base, ckpt_base = bases[newer[0]]
+        infos = [i for i in await store.list(task_id) if i.seq > ckpt_base and i.epoch <= cmd.epoch]
         events = [
-            e
-            for e in await store.replay(task_id, after_seq=cmd.replicated_journal_seq)
-            if e.epoch <= cmd.epoch
+            e for e in await store.replay(task_id, after_seq=journal_base) if e.epoch <= cmd.epoch
         ]
         if not infos and not events:
             _log.info(
@@ -543,7 +548,7 @@ class NodeAgent:
             detected_at_unix_ms=self._wall_ms(),
         )
         fork.base_checkpoint.task_id = task_id
-        fork.base_checkpoint.seq = cmd.replicated_checkpoint_seq
+        fork.base_checkpoint.seq = ckpt_base
         if head is not None:
             fork.head_checkpoint.task_id = task_id
             fork.head_checkpoint.seq = head.seq

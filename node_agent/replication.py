@@ -121,7 +121,12 @@ local raised = epoch > head_epoch
 
 if op == 'claim' then
   if raised then
-    redis.call('HSET', head, 'epoch', epoch_s, 'node_id', node_id, 'updated_ms', now_ms)
+    -- Remember where the new epoch's lineage starts: a fenced owner's records
+    -- after this point are divergent (kept as a fork, DESIGN.md section 7).
+    local base = (redis.call('HGET', head, 'journal_seq') or '0') .. ',' ..
+                 (redis.call('HGET', head, 'ckpt_seq') or '0')
+    redis.call('HSET', head, 'epoch', epoch_s, 'node_id', node_id, 'updated_ms', now_ms,
+               'base:' .. epoch_s, base)
     return {'OK', epoch_s}
   end
   return {'DUPLICATE', epoch_s}
@@ -502,6 +507,30 @@ class RedisCheckpointReplica:
             args=["claim", str(epoch), node_id, str(self._now_ms())],
         )
         return _parse_reply(reply)
+
+    async def lineage_bases(self, task_id: str) -> dict[int, tuple[int, int]]:
+        """Where each claimed epoch's lineage started: epoch -> (journal seq, checkpoint seq).
+
+        ``claim`` records Redis's journal and checkpoint heads at the moment an
+        epoch takes the task over. A fenced owner at an older epoch made
+        divergent progress exactly where its local records go beyond the base
+        of the next epoch that claimed the task.
+
+        Raises:
+            redis.exceptions.RedisError: Redis unreachable or failing.
+        """
+        _check_id("task_id", task_id)
+        raw = await self._client.hgetall(self.keys(task_id)[0])
+        out: dict[int, tuple[int, int]] = {}
+        for key, value in raw.items():
+            name = key.decode() if isinstance(key, bytes) else str(key)
+            if not name.startswith("base:"):
+                continue
+            text = value.decode() if isinstance(value, bytes) else str(value)
+            journal, _, ckpt = text.partition(",")
+            with contextlib.suppress(ValueError):
+                out[int(name[5:])] = (int(journal), int(ckpt or 0))
+        return out
 
     async def load(self, task_id: str) -> RemoteState | None:
         """Read the newest checkpoint and the journal events after it, atomically.

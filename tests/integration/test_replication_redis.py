@@ -140,6 +140,23 @@ async def test_claim_then_stale_write_is_refused(
             await replica.claim("", 1)
 
 
+async def test_claim_records_where_each_epoch_lineage_starts(
+    replica: RedisCheckpointReplica,
+) -> None:
+    async with asyncio.timeout(5):
+        t = new_task()
+        assert await replica.lineage_bases(t) == {}
+        await replica.write(item(t, 1, tuple(ev(t, s, 1) for s in range(1, 6)), ck(t, 1, 1, 3)))
+        await replica.claim(t, 1, "node-a")  # not a raise: no base recorded
+        assert await replica.lineage_bases(t) == {}
+        assert (await replica.claim(t, 2, "node-b")).outcome is Outcome.OK
+        await replica.claim(t, 2, "node-b")  # repeated: the base stays
+        await replica.write(item(t, 2, (ev(t, 6, 2),), ck(t, 2, 2, 6)))
+        assert (await replica.claim(t, 4, "node-c")).outcome is Outcome.OK
+        # A fenced owner at epoch 1 diverged after journal seq 5 / checkpoint seq 1.
+        assert await replica.lineage_bases(t) == {2: (5, 1), 4: (6, 2)}
+
+
 async def test_load_returns_newest_checkpoint_and_events_after_covers(
     replica: RedisCheckpointReplica,
 ) -> None:

@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import re
 import time
 from collections.abc import Callable
@@ -96,6 +97,8 @@ class DrillResult:
     heal_at_s: float = 0.0
     notes: list[str] = field(default_factory=list)
     events: list[tuple[float, str, dict[str, str]]] = field(default_factory=list)
+    nodes: list[str] = field(default_factory=list)
+    leaders: list[tuple[float, str]] = field(default_factory=list)
 
     @property
     def held(self) -> bool:
@@ -121,6 +124,7 @@ class DrillReport:
         for r in self.results:
             d = asdict(r)
             d.pop("events")
+            d.pop("leaders")
             d["held"] = r.held
             out.append(d)
         return {"held": self.held, "run_dir": self.run_dir, "drills": out}
@@ -146,7 +150,8 @@ def make_drill_cluster(
     ok, why = namespaces_available() if use_netns else (False, "disabled")
     ns: Namespace | None = None
     if ok:
-        ns = Namespace(f"lzdrill{run_dir.name[-6:]}", subnet_index=7).create()
+        pid = os.getpid()
+        ns = Namespace(f"lzdrill{pid}", subnet_index=64 + pid % 16384).create()
     cluster = LocalCluster(
         run_dir,
         coordinators=3,
@@ -193,6 +198,21 @@ def _events(cluster: LocalCluster, since: float) -> list[tuple[float, str, dict[
                 fields = {k: v.strip("'") for k, v in _FIELD.findall(m.group(3))}
                 out.append((ts, m.group(2), fields))
     return sorted(out, key=lambda e: e[0])
+
+
+def _leaderships(cluster: LocalCluster, since: float) -> list[tuple[float, str]]:
+    """(ts, member) each time a replica started leading, from the coordinators' logs."""
+    out = []
+    for child in cluster.coordinators:
+        with contextlib.suppress(OSError):
+            for line in child.log_path.read_text(errors="replace").splitlines():
+                if '"leading: term=' not in line:
+                    continue
+                with contextlib.suppress(json.JSONDecodeError, ValueError):
+                    ts = float(json.loads(line)["ts"])
+                    if ts >= since:
+                        out.append((ts, child.name))
+    return sorted(out)
 
 
 # ---------------------------------------------------------------------------
@@ -270,6 +290,8 @@ class _Drill:
     ) -> None:
         events = _events(self.cluster, t0)
         r.events = [(ts - t0, kind, f) for ts, kind, f in events]
+        r.nodes = [a.name for a in self.cluster.agents]
+        r.leaders = [(ts - t0, member) for ts, member in _leaderships(self.cluster, t0)]
         completions: dict[str, set[str]] = {}
         for _, kind, f in events:
             if kind == "TaskCompleted" and f.get("task_id") in by_id:
@@ -519,7 +541,8 @@ def write_timeline(report: DrillReport, path: Path) -> Path:
     fig, axes = plt.subplots(n, 1, figsize=(11, 2.4 * n + 0.6), squeeze=False)
     for ax, r in zip(axes[:, 0], report.results, strict=True):
         nodes = sorted(
-            {f["node_id"] for _, k, f in r.events if k.startswith("Node") and "node_id" in f}
+            set(r.nodes)
+            | {f["node_id"] for _, k, f in r.events if k.startswith("Node") and "node_id" in f}
         )
         end = max([r.duration_s, *(t for t, _, _ in r.events)], default=1.0)
         rows = {node: i for i, node in enumerate(nodes)}
@@ -546,23 +569,31 @@ def write_timeline(report: DrillReport, path: Path) -> Path:
             )
         moves = [t for t, k, _ in r.events if k == "TaskReassigned"]
         if moves:
-            ax.scatter(moves, [len(nodes) + 0.2] * len(moves), marker="|", color="#3f51b5")
+            ax.scatter(moves, [len(nodes) + 0.1] * len(moves), marker="v", s=18, color="#3f51b5")
+        done = sorted(t for t, k, _ in r.events if k == "TaskCompleted")
+        if done:
+            twin = ax.twinx()
+            twin.step(done, range(1, len(done) + 1), where="post", color="#212121", lw=1)
+            twin.set_ylabel("tasks completed", fontsize=7)
+            twin.set_ylim(0, max(r.tasks, len(done)) * 1.05)
+            twin.tick_params(labelsize=7)
+        for t, member in r.leaders:
+            ax.axvline(t, color="#000000", linestyle="--", linewidth=0.8)
+            ax.text(t, len(nodes) + 0.35, f" {member} leads", fontsize=6, va="bottom")
         if r.inject_at_s:
             start = r.inject_at_s - r.started_at
             stop = (r.heal_at_s - r.started_at) if r.heal_at_s else start
             ax.axvspan(start, max(stop, start + 0.05), color="#e91e63", alpha=0.15)
-        for t, k, _f in r.events:
-            if k == "LeaderElected":
-                ax.axvline(t, color="#000000", linestyle="--", linewidth=0.8)
         ax.set_yticks(range(len(nodes)))
         ax.set_yticklabels(nodes, fontsize=7)
         ax.set_xlim(0, end)
-        ax.set_ylim(-0.6, len(nodes) + 0.6)
+        ax.set_ylim(-0.6, len(nodes) + 1.0)
         verdict = "held" if r.held else "FAILED"
         ax.set_title(f"{r.scenario}: {r.fault[:90]} — {verdict}", fontsize=8, loc="left")
         ax.set_xlabel("seconds since the workload was submitted", fontsize=7)
     handles = [Rectangle((0, 0), 1, 1, color=c, label=s) for s, c in _STATE_COLOURS.items()]
     handles.append(Rectangle((0, 0), 1, 1, color="#e91e63", alpha=0.15, label="fault"))
+    handles.append(Rectangle((0, 0), 1, 1, color="#3f51b5", label="task moved (v)"))
     fig.legend(handles=handles, loc="upper right", fontsize=7, ncol=5)
     fig.tight_layout(rect=(0, 0, 1, 0.97))
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -141,8 +141,15 @@ def drill(
         str,
         typer.Option(
             envvar="LAZARUS_COORDINATORS",
-            help="Drill an existing cluster at these addresses (not supported yet; see --help).",
+            help="Drill an existing cluster at these addresses (needs --kubectl-namespace).",
         ),
+    ] = "",
+    kubectl_namespace: Annotated[
+        str,
+        typer.Option(help="Remote drills: the namespace whose pods kubectl may delete."),
+    ] = "",
+    kubectl_context: Annotated[
+        str, typer.Option(help="Remote drills: kubeconfig context (default: current).")
     ] = "",
 ) -> None:
     """Inject a real fault into a live cluster, heal, and check nothing was lost.
@@ -157,9 +164,12 @@ def drill(
     window) to --run-dir. Exit status 1 when an invariant failed (a task lost,
     completed twice, or a result different from a direct computation).
 
-    Drilling a remote cluster needs a fault injector for its platform and is
-    not supported yet: run the drill on a machine where it can start the
-    cluster itself.
+    With --coordinators the drill runs against an existing cluster (for example
+    the Helm release, through kubectl port-forward): faults are made with
+    `kubectl delete pod --force` (kill-node deletes the busiest node agent's
+    pod, kill-leader the leading coordinator's) and the facts come from
+    WatchEvents; partition-heal, etcd-member-loss and redis-restart need a
+    network or store fault injector and are reported as skipped.
 
     Example: lazarus drill kill-node --tasks 24 --run-dir ./drill-run
     """
@@ -179,11 +189,11 @@ def drill(
         write_timeline,
     )
 
-    if coordinators:
+    if coordinators and not kubectl_namespace:
         raise typer.BadParameter(
-            "drilling a remote cluster is not supported yet (it needs a fault injector for its "
-            "platform); omit --coordinators to drill a fresh local cluster",
-            param_hint="--coordinators",
+            "a remote drill makes its faults with kubectl: give --kubectl-namespace (or omit "
+            "--coordinators to drill a fresh local cluster)",
+            param_hint="--kubectl-namespace",
         )
     if scenario != "all" and scenario not in SCENARIOS:
         raise typer.BadParameter(
@@ -193,6 +203,27 @@ def drill(
     console = Console(stderr=json_output, width=None if sys.stdout.isatty() else 130)
     root = run_dir or Path(tempfile.mkdtemp(prefix="lazarus-drill-"))
     root.mkdir(parents=True, exist_ok=True)
+    if coordinators:
+        from lazarus.drill_remote import KubectlInjector, RemoteCluster, run_remote_drills
+        from node_agent.settings import parse_addresses
+
+        remote = RemoteCluster(parse_addresses(coordinators))
+        injector = KubectlInjector(kubectl_namespace, kubectl_context)
+        console.print(f"[bold]Lazarus drill[/] {scenario} against {coordinators}")
+        remote_results = []
+        for _ in range(repeat):
+            remote_results += asyncio.run(
+                run_remote_drills(remote, injector, scenarios, console=console, tasks=tasks)
+            )
+        report = DrillReport(remote_results, str(root))
+        (root / "report.json").write_text(json.dumps(report.to_json(), indent=2))
+        write_timeline(report, root / "timeline.png")
+        print_report(report, console)
+        if json_output:
+            typer.echo(json.dumps(report.to_json(), indent=2))
+        if not report.held:
+            raise typer.Exit(1)
+        return
     console.print(f"[bold]Lazarus drill[/] {scenario} — logs, report and timeline under {root}")
     with console.status("starting 3 etcd members, Redis, 3 coordinators and the node agents"):
         cluster, ns, why = make_drill_cluster(root / "cluster", agents=agents)

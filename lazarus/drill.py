@@ -264,7 +264,7 @@ class _Drill:
         await inject(result)
         tasks = await self._wait_done(set(by_id), timeout_s=180)
         await asyncio.sleep(1.0)  # the last events reach the logs
-        self._judge(result, t0, tasks, by_id)
+        await self._judge(result, t0, tasks, by_id)
         result.duration_s = time.time() - t0
         return result
 
@@ -281,17 +281,27 @@ class _Drill:
             await asyncio.sleep(0.5)
         return tasks
 
-    def _judge(
+    def _collect(self, since: float) -> list[tuple[float, str, dict[str, str]]]:
+        """Core events since ``since`` (wall time): the coordinators' logs."""
+        return _events(self.cluster, since)
+
+    def _leaderships(self, since: float) -> list[tuple[float, str]]:
+        return _leaderships(self.cluster, since)
+
+    async def _node_names(self) -> list[str]:
+        return [a.name for a in self.cluster.agents]
+
+    async def _judge(
         self,
         r: DrillResult,
         t0: float,
         tasks: dict[str, records_pb2.TaskRecord],
         by_id: dict[str, dict[str, Any]],
     ) -> None:
-        events = _events(self.cluster, t0)
+        events = self._collect(t0)
         r.events = [(ts - t0, kind, f) for ts, kind, f in events]
-        r.nodes = [a.name for a in self.cluster.agents]
-        r.leaders = [(ts - t0, member) for ts, member in _leaderships(self.cluster, t0)]
+        r.nodes = await self._node_names()
+        r.leaders = [(ts - t0, member) for ts, member in self._leaderships(t0)]
         completions: dict[str, set[str]] = {}
         for _, kind, f in events:
             if kind == "TaskCompleted" and f.get("task_id") in by_id:
@@ -321,13 +331,13 @@ class _Drill:
                 r.wrong_results += 1
 
     def _node_dead(self, node: str, after: float) -> tuple[float | None, dict[str, str] | None]:
-        for ts, kind, f in _events(self.cluster, after):
+        for ts, kind, f in self._collect(after):
             if kind == "NodeDead" and f.get("node_id") == node:
                 return ts, f
         return None, None
 
     def _recovery(self, node: str, after: float) -> float | None:
-        for _, kind, f in _events(self.cluster, after):
+        for _, kind, f in self._collect(after):
             if kind == "RecoveryCompleted" and f.get("node_id") == node:
                 with contextlib.suppress(ValueError):
                     return float(f["recovery_s"])

@@ -55,9 +55,8 @@ typecheck: venv  ## mypy on the four packages
 pytest: setup  ## unit and integration tests against real etcd / redis
 	$(VENV)/bin/pytest $(PYTEST_ARGS)
 
-demo: setup  ## a real demonstration (see README)
-	$(VENV)/bin/lazarus demo checkpoint
-	$(VENV)/bin/lazarus demo fleet
+demo: setup  ## every recovery drill on a fresh local cluster (see README)
+	$(VENV)/bin/lazarus drill all --run-dir .run/demo
 
 proto: venv  ## regenerate lazarus/v1 stubs from proto/
 	$(PY) -m lazarus.protogen

@@ -269,11 +269,18 @@ class CoordinatorApi:
         cache: ReadCache,
         *,
         redis_url: str = "redis://127.0.0.1:6379/0",
+        redis_password: str = "",
+        redis_ca_file: str = "",
     ) -> None:
         self._runtime = runtime
         self._cache = cache
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._redis_url = redis_url
+        self._redis_kwargs: dict[str, Any] = {}
+        if redis_password:
+            self._redis_kwargs["password"] = redis_password
+        if redis_ca_file:
+            self._redis_kwargs["ssl_ca_certs"] = redis_ca_file
         self._redis: redis.asyncio.Redis | None = None
         self._pending: set[asyncio.Task[ReplyToRequest]] = set()
 
@@ -765,6 +772,7 @@ class CoordinatorApi:
                 self._redis_url,
                 socket_connect_timeout=REDIS_TIMEOUT_S,
                 socket_timeout=REDIS_TIMEOUT_S,
+                **self._redis_kwargs,
             )
         return RedisCheckpointReplica(self._redis)
 
@@ -886,6 +894,8 @@ def add_coordinator_service(
     cache: ReadCache,
     *,
     redis_url: str = "redis://127.0.0.1:6379/0",
+    redis_password: str = "",
+    redis_ca_file: str = "",
 ) -> CoordinatorApi:
     """Register CoordinatorService on ``server``.
 
@@ -894,10 +904,17 @@ def add_coordinator_service(
         runtime: the replica's runtime.
         cache: its etcd read cache.
         redis_url: where GetCheckpoint reads replicated checkpoints.
+        redis_password, redis_ca_file: Redis AUTH and the CA of a ``rediss://`` URL.
 
     Returns:
         The servicer (close it on shutdown).
     """
-    api = CoordinatorApi(runtime, cache, redis_url=redis_url)
+    api = CoordinatorApi(
+        runtime,
+        cache,
+        redis_url=redis_url,
+        redis_password=redis_password,
+        redis_ca_file=redis_ca_file,
+    )
     coordinator_pb2_grpc.add_CoordinatorServiceServicer_to_server(api, server)  # type: ignore[no-untyped-call]
     return api

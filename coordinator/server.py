@@ -67,6 +67,8 @@ class ServerSettings:
         etcd_token_renewal_s: with a username, re-authenticate this often
             (below etcd's ``--auth-token-ttl``, 300 s by default).
         redis_url: the Redis holding replicated checkpoints (GetCheckpoint).
+        redis_password: its AUTH password ("" = none or the one in the URL).
+        redis_ca_file: CA bundle verifying a ``rediss://`` server ("" = system).
 
     Raises:
         ValueError: only one of username / password, or of cert / key file, given.
@@ -87,6 +89,8 @@ class ServerSettings:
     etcd_key_file: str = ""
     etcd_token_renewal_s: float = TOKEN_RENEWAL_S
     redis_url: str = "redis://127.0.0.1:6379/0"
+    redis_password: str = field(default="", repr=False)
+    redis_ca_file: str = ""
 
     def __post_init__(self) -> None:
         if bool(self.etcd_username) != bool(self.etcd_password):
@@ -165,7 +169,14 @@ class CoordinatorServer:
         )
         self.runtime = runtime
         add_agent_service(server, runtime)
-        self._api = add_coordinator_service(server, runtime, cache, redis_url=s.redis_url)
+        self._api = add_coordinator_service(
+            server,
+            runtime,
+            cache,
+            redis_url=s.redis_url,
+            redis_password=s.redis_password,
+            redis_ca_file=s.redis_ca_file,
+        )
         self._health = await add_health_and_reflection(server)
         await server.start()
         self._server = server

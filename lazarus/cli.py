@@ -433,6 +433,18 @@ def coordinator(
             envvar="LAZARUS_REDIS_URL", help="Redis of the replicated checkpoints (GetCheckpoint)."
         ),
     ] = "redis://127.0.0.1:6379/0",
+    redis_password: Annotated[
+        str,
+        typer.Option(
+            envvar="LAZARUS_REDIS_PASSWORD", help="Redis password (AUTH); prefer the variable."
+        ),
+    ] = "",
+    redis_ca_file: Annotated[
+        str,
+        typer.Option(
+            envvar="LAZARUS_REDIS_CA_FILE", help="CA bundle for rediss:// (TLS) connections."
+        ),
+    ] = "",
     heartbeat_interval_s: Annotated[
         float, typer.Option(envvar="LAZARUS_HEARTBEAT_INTERVAL_S", help="Agent heartbeat period.")
     ] = _CORE.heartbeat_interval_s,
@@ -571,6 +583,8 @@ def coordinator(
             listen=listen,
             advertise_address=advertise_address,
             redis_url=redis_url,
+            redis_password=redis_password,
+            redis_ca_file=redis_ca_file,
             etcd_endpoint=etcd_endpoint,
             lease_ttl_s=lease_ttl_s,
             etcd_timeout_s=etcd_timeout_s,

@@ -276,6 +276,7 @@ class CoordinatorApi:
         self._cache = cache
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._redis_url = redis_url
+        self._leader_ids: dict[int, str] = {}  # term -> leader member id (followers)
         self._redis_kwargs: dict[str, Any] = {}
         if redis_password:
             self._redis_kwargs["password"] = redis_password
@@ -305,11 +306,21 @@ class CoordinatorApi:
                 "SubmitTask", request, coordinator_pb2.SubmitTaskResponse, context
             )
             return response
+        try:
+            spec = convert.task_spec_from_pb(request.spec)
+        except ValueError as exc:  # an enum number this coordinator does not know
+            field = next(
+                (
+                    f"spec.{name}"
+                    for name in ("durability", "state_model")
+                    if str(getattr(request.spec, name)) in str(exc)
+                ),
+                "spec",
+            )
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{field}: {exc}")
+            raise AssertionError("unreachable") from exc
         event = TaskSubmitted(
-            request_id=request.request_id,
-            spec=convert.task_spec_from_pb(request.spec),
-            now_s=0.0,
-            task_id=request.task_id,
+            request_id=request.request_id, spec=spec, now_s=0.0, task_id=request.task_id
         )
         reply = await self._request(event, request.request_id, context)
         task = self._task_after(reply)
@@ -496,6 +507,25 @@ class CoordinatorApi:
             context.set_trailing_metadata(((LEADER_ADDRESS_METADATA, leader.value),))
             await context.abort(exc.code(), exc.details() or "")
 
+    async def _leader_member_id(self, address: str, term: int) -> str:
+        """The leader's member id, asked of the leader itself (cached per term; "" if silent)."""
+        cached = self._leader_ids.get(term)
+        if cached:
+            return cached
+        call = self._channel(address).unary_unary(
+            f"/{SERVICE_NAME}/GetClusterStatus",
+            request_serializer=coordinator_pb2.GetClusterStatusRequest.SerializeToString,
+            response_deserializer=coordinator_pb2.GetClusterStatusResponse.FromString,
+        )
+        try:
+            reply = await call(coordinator_pb2.GetClusterStatusRequest(), timeout=1.0)
+        except grpc.aio.AioRpcError:
+            return ""
+        if reply.serving_member_id and reply.leader_id == reply.serving_member_id:
+            self._leader_ids = {term: reply.leader_id}
+            return str(reply.leader_id)
+        return ""
+
     async def _leader_address(self, context: Context) -> str:
         leader = None
         try:
@@ -557,8 +587,8 @@ class CoordinatorApi:
         self, request: coordinator_pb2.GetTaskRequest, context: Context
     ) -> coordinator_pb2.GetTaskResponse:
         """Read one task: INVALID_ARGUMENT (task_id empty), NOT_FOUND."""
-        if not request.task_id:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "task_id: must not be empty")
+        if not request.task_id or len(request.task_id.encode()) > 128:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "task_id: must be 1..128 bytes")
         if self._runtime.leading:
             task = self._runtime.core.task(request.task_id)
         else:
@@ -574,8 +604,33 @@ class CoordinatorApi:
             )
             raise AssertionError("unreachable")  # abort raises
         return coordinator_pb2.GetTaskResponse(
-            task=convert.task_record_to_pb(task), read_revision=self._cache.revision
+            task=convert.task_record_to_pb(task),
+            forks=await self._forks(request.task_id),
+            read_revision=self._cache.revision,
         )
+
+    async def _forks(self, task_id: str) -> list[records_pb2.ForkRecord]:
+        """The task's fork records, which fenced owners write to Redis (DESIGN.md §7).
+
+        Best effort: when Redis does not answer the task is returned without them
+        (and a warning is logged) rather than not at all.
+        """
+        try:
+            self._replica()
+            assert self._redis is not None
+            async with asyncio.timeout(REDIS_TIMEOUT_S):
+                raw = await self._redis.hgetall(f"lazarus:{{{task_id}}}:forks")
+        except Exception as exc:
+            _log.warning("task %s: fork records unreadable: %s", task_id, exc)
+            return []
+        forks = []
+        for value in raw.values():
+            try:
+                data = value if isinstance(value, bytes) else str(value).encode()
+                forks.append(records_pb2.ForkRecord.FromString(data))
+            except Exception:
+                _log.warning("task %s: a fork record does not parse", task_id)
+        return sorted(forks, key=lambda f: f.detected_at_unix_ms)
 
     async def ListTasks(
         self, request: coordinator_pb2.ListTasksRequest, context: Context
@@ -661,10 +716,13 @@ class CoordinatorApi:
         for task in self._tasks():
             task_counts[task.state.value] = task_counts.get(task.state.value, 0) + 1
         guard = runtime.core.guard_active if runtime.core.role is Role.LEADER else False
+        leader_id = runtime.settings.member_id if runtime.leading else ""
+        if not runtime.leading and leader is not None and leader.value:
+            leader_id = await self._leader_member_id(leader.value, leader.term)
         return coordinator_pb2.GetClusterStatusResponse(
             cluster_name=runtime.settings.cluster,
             # Another replica's member id is unknown until MemberRecords exist.
-            leader_id=runtime.settings.member_id if runtime.leading else "",
+            leader_id=leader_id,
             leader_address=leader.value if leader is not None else "",
             term=leader.term if leader is not None else 0,
             serving_member_id=runtime.settings.member_id,

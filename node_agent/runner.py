@@ -75,6 +75,10 @@ _log = logging.getLogger("lazarus.agent.runner")
 
 JSON = "application/json"
 
+MAX_RESULT_BYTES = 512 * 1024
+"""Largest result: it lives in the task's etcd record (etcd refuses over 1.5 MiB,
+and the payload, at most 256 KiB, shares the record)."""
+
 
 class Reporter(Protocol):
     """Where the runner reports (the agent shell, which feeds the core)."""
@@ -211,6 +215,7 @@ class TaskRunner:
         self.incarnation = incarnation
         self.default_durability = default_durability
         self.max_payload_bytes = max_payload_bytes
+        self.max_result_bytes = min(max_payload_bytes, MAX_RESULT_BYTES)
         self.metrics = metrics
         self.stop_grace_s = stop_grace_s
         self.redis_retry_s = redis_retry_s
@@ -304,9 +309,12 @@ class TaskRunner:
             code = records_pb2.TASK_ERROR_CODE_RESULT_NOT_SERIALIZABLE
             await self._finish(run, None, self._error(run, exc, retryable=False, code=code))
             return
-        if len(body) > self.max_payload_bytes:
+        if len(body) > self.max_result_bytes:
             code = records_pb2.TASK_ERROR_CODE_PAYLOAD_TOO_LARGE
-            msg = f"result is {len(body)} bytes, over the limit of {self.max_payload_bytes}"
+            msg = (
+                f"result is {len(body)} bytes, over the limit of {self.max_result_bytes} "
+                "(results are stored in the task record in etcd; keep them small)"
+            )
             await self._finish(run, None, self._error_text(run, msg, code, retryable=False))
             return
         import google_crc32c

@@ -159,6 +159,10 @@ MAX_PREVIOUS_OWNERS = 16
 """TaskRecord.previous_owner_node_ids keeps at most this many (the newest)."""
 
 MAX_ID_BYTES = 128
+MAX_SPEC_PAYLOAD_BYTES = 256 * 1024
+"""Largest ``spec.payload`` accepted: the task record (payload, then the result) is
+one etcd value, and etcd refuses requests over 1.5 MiB. Large inputs belong in
+an object store; pass a reference."""
 """Longest request id and task kind accepted, UTF-8 bytes."""
 
 _LIVE = frozenset({NodeState.ALIVE, NodeState.DRAINING})
@@ -983,7 +987,20 @@ class CoordinatorCore:
             return
         spec = ev.spec
         problem = ""
-        if not spec.kind or len(spec.kind.encode()) > MAX_ID_BYTES:
+        if ev.task_id and (
+            len(ev.task_id.encode()) > MAX_ID_BYTES
+            or any(ord(ch) < 0x21 or ord(ch) == 0x7F or ch == "/" for ch in ev.task_id)
+        ):
+            problem = (
+                f"task_id: must be 1..{MAX_ID_BYTES} bytes without spaces, control "
+                "characters or '/'"
+            )
+        elif len(spec.payload) > MAX_SPEC_PAYLOAD_BYTES:
+            problem = (
+                f"spec.payload: {len(spec.payload)} bytes, over the limit of "
+                f"{MAX_SPEC_PAYLOAD_BYTES} (store large inputs elsewhere and pass a reference)"
+            )
+        elif not spec.kind or len(spec.kind.encode()) > MAX_ID_BYTES:
             problem = f"spec.kind: must be 1..{MAX_ID_BYTES} bytes"
         elif spec.slots < 0:
             problem = "spec.slots: must be >= 0"

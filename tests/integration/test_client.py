@@ -198,16 +198,19 @@ async def test_status_from_every_replica_names_the_same_leader(
     assert len(seen) == 3
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="GetClusterStatus: `members` is always empty and followers answer leader_id ''"
-    " (no MemberRecords are written yet; the proto promises every replica, leader first)",
-)
-async def test_status_lists_every_member_and_the_leader_id_on_followers(
-    follower: Client,
-) -> None:
+async def test_status_names_the_leader_on_followers(follower: Client, leader: Client) -> None:
     status = await follower.status()
     assert status.leader_id
+    assert status.leader_id == (await leader.status()).serving_member_id
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="GetClusterStatus: `members` is always empty (no MemberRecords are written yet;"
+    " the proto promises every replica, leader first)",
+)
+async def test_status_lists_every_member(follower: Client) -> None:
+    status = await follower.status()
     assert len(status.members) == 3
 
 
@@ -266,23 +269,11 @@ async def test_submit_refuses_bad_fields_naming_them(
         await refused(client.submit(**args), InvalidArgument, field)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="SubmitTask accepts a task_id over the id limit or with control characters"
-    " (records.proto: ids are 1..256 bytes without control characters; the api checks"
-    " 128 bytes elsewhere)",
-)
 async def test_submit_refuses_a_malformed_task_id(follower: Client) -> None:
     await refused(follower.submit("sleep", {}, task_id="bad\nid"), InvalidArgument, "task_id")
     await refused(follower.submit("sleep", {}, task_id="t" * 300), InvalidArgument, "task_id")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="SubmitTask answers UNKNOWN ('Unexpected ValueError: 99 is not a valid"
-    " CheckpointDurability') for an enum number it does not know in spec.durability /"
-    " spec.state_model, instead of INVALID_ARGUMENT naming the field",
-)
 async def test_submit_refuses_unknown_enum_numbers(follower: Client) -> None:
     await refused(follower.submit("sleep", {}, durability=99), InvalidArgument, "spec.durability")
     await refused(follower.submit("sleep", {}, state_model=77), InvalidArgument, "spec.state_model")
@@ -291,8 +282,7 @@ async def test_submit_refuses_unknown_enum_numbers(follower: Client) -> None:
 async def test_the_client_refuses_an_oversized_payload_before_sending_it(
     connect: Callable[..., Client], roles: Roles
 ) -> None:
-    # The server does not check spec.payload's size (see the report): a payload over
-    # etcd's request limit makes every leader's persist fail and step down.
+    # The server refuses over 256 KiB (see the next test); the client over its own limit.
     client = connect([roles.dead], retry_max_s=0)  # nothing is sent, so no address is needed
     exc = await refused(
         client.submit("sleep", b"x" * ((1 << 20) + 1)), InvalidArgument, "spec.payload"
@@ -802,3 +792,13 @@ def test_health_says_serving_on_leader_and_followers(roles: Roles) -> None:
             for service in ("", "lazarus.v1.CoordinatorService"):
                 reply = stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=5)
                 assert reply.status == health_pb2.HealthCheckResponse.SERVING, (address, service)
+
+
+async def test_the_server_refuses_a_payload_over_its_limit_and_keeps_leading(
+    follower: Client, leader: Client
+) -> None:
+    before = (await leader.status()).term
+    big = b"x" * (300 * 1024)  # over the coordinator's 256 KiB, under the client's 1 MiB
+    await refused(follower.submit("sleep", big), InvalidArgument, "spec.payload")
+    await refused(leader.submit("sleep", big), InvalidArgument, "spec.payload")
+    assert (await leader.status()).term == before, "no leader stepped down"

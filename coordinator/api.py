@@ -62,6 +62,7 @@ import binascii
 import hashlib
 import json
 import logging
+import time
 import uuid
 import zlib
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
@@ -98,7 +99,7 @@ from coordinator.eventlog import EventFilter, Watcher
 from coordinator.runtime import CoordinatorRuntime, NotLeading, grpc_status
 from lazarus.v1 import coordinator_pb2, coordinator_pb2_grpc, records_pb2
 from node_agent.checkpoint.errors import CorruptedRecord
-from node_agent.replication import RedisCheckpointReplica
+from node_agent.replication import Outcome, RedisCheckpointReplica, ReplicationItem
 
 __all__ = [
     "DEFAULT_PAGE_SIZE",
@@ -741,10 +742,157 @@ class CoordinatorApi:
 
     # ------------------------------------------------------------------ later issues
 
-    async def _unimplemented(self, request: Any, context: Context) -> Any:
-        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "not implemented yet")
+    async def ForkTask(
+        self, request: coordinator_pb2.ForkTaskRequest, context: Context
+    ) -> coordinator_pb2.ForkTaskResponse:
+        """A new task from a replicated checkpoint with state edits (fork semantics).
 
-    ForkTask = _unimplemented
+        Follows the checkpointer seeds' ``fork(from, edits)``: the source
+        checkpoint (the newest one Redis holds of its task) is read, each edit
+        sets one top-level key of its JSON-object state, and the result is
+        seeded in Redis as the new task's first checkpoint (seq 1, epoch 1,
+        ``parent_ref`` = the source) before the task is submitted, so its first
+        owner resumes from it. Idempotent on ``request_id`` (the seed write is
+        a repeated (epoch, seq) the second time). Statuses as in coordinator.proto.
+        Followers proxy the whole call to the leader.
+        """
+        if not self._runtime.leading:
+            proxied: coordinator_pb2.ForkTaskResponse = await self._proxy(
+                "ForkTask", request, coordinator_pb2.ForkTaskResponse, context
+            )
+            return proxied
+        problems: list[str] = []
+        ref = request.from_checkpoint_ref
+        source, at, seq_text = ref.rpartition("@")
+        if not request.request_id or len(request.request_id.encode()) > 128:
+            problems.append("request_id: must be 1..128 bytes")
+        if not ref or not at or not source or not seq_text.isdigit() or int(seq_text) < 1:
+            problems.append("from_checkpoint_ref: malformed, want <task_id>@<seq>")
+        new_id = request.new_task_id
+        if new_id and (
+            len(new_id.encode()) > 128 or any(ord(c) < 0x21 or c == "/" for c in new_id)
+        ):
+            problems.append("new_task_id: must be 1..128 bytes without spaces or '/'")
+        edits: dict[str, Any] = {}
+        for i, edit in enumerate(request.edits):
+            if not edit.key:
+                problems.append(f"edits[{i}].key: must not be empty")
+                continue
+            try:
+                edits[edit.key] = json.loads(edit.value_json)
+            except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+                problems.append(f"edits[{i}].value_json: not JSON: {exc}")
+        if problems:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "; ".join(problems))
+        try:
+            async with asyncio.timeout(context.time_remaining()):
+                state = await self._replica().load(source)
+        except TimeoutError:
+            await context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, "reading Redis took too long")
+            raise AssertionError("unreachable") from None
+        except CorruptedRecord as exc:
+            await context.abort(grpc.StatusCode.DATA_LOSS, str(exc))
+            raise AssertionError("unreachable") from exc
+        except (redis.exceptions.RedisError, OSError) as exc:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, f"Redis is unreachable: {exc}")
+            raise AssertionError("unreachable") from exc
+        checkpoint = state.checkpoint if state is not None else None
+        if checkpoint is None or checkpoint.seq != int(seq_text):
+            newest = f" (the newest replicated one is seq {checkpoint.seq})" if checkpoint else ""
+            await context.abort(
+                grpc.StatusCode.NOT_FOUND,
+                f"from_checkpoint_ref: no replicated checkpoint {ref!r}{newest}",
+            )
+            raise AssertionError("unreachable")
+        payload = bytes(checkpoint.payload)
+        if edits:
+            try:
+                body = json.loads(payload)
+            except (UnicodeDecodeError, json.JSONDecodeError):
+                body = None
+            if not isinstance(body, dict):
+                await context.abort(
+                    grpc.StatusCode.FAILED_PRECONDITION,
+                    f"edits: the state of {ref!r} is not a JSON object",
+                )
+                raise AssertionError("unreachable")
+            body.update(edits)
+            payload = json.dumps(body, separators=(",", ":"), sort_keys=True).encode()
+        if request.HasField("spec"):
+            spec = request.spec
+        else:
+            source_task = await self._source_spec(source)
+            if source_task is None:
+                await context.abort(
+                    grpc.StatusCode.INVALID_ARGUMENT,
+                    f"spec: the source task {source!r} is unknown; give the new task's spec",
+                )
+                raise AssertionError("unreachable")
+            spec = source_task
+        digest = hashlib.sha256(request.request_id.encode()).hexdigest()[:12]
+        task_id = new_id or f"{source}.fork-{digest}"
+        seed = records_pb2.CheckpointRecord(
+            task_id=task_id,
+            epoch=1,
+            seq=1,
+            covers_journal_seq=0,
+            checkpoint_ref=f"{task_id}@1",
+            label=f"fork-of:{ref}",
+            payload=payload,
+            encoding=records_pb2.PAYLOAD_ENCODING_RAW,
+            content_type=checkpoint.content_type or "application/json",
+            decoded_bytes=len(payload),
+            created_at_unix_ms=int(time.time() * 1000),
+            node_id=f"coordinator:{self._runtime.settings.member_id}",
+            parent_ref=ref,
+        )
+        try:
+            async with asyncio.timeout(context.time_remaining()):
+                wrote = await self._replica().write(
+                    ReplicationItem(task_id, 1, seed.node_id, checkpoint=seed)
+                )
+        except (redis.exceptions.RedisError, OSError, TimeoutError) as exc:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, f"Redis is unreachable: {exc}")
+            raise AssertionError("unreachable") from exc
+        if wrote.outcome is Outcome.STALE:
+            await context.abort(
+                grpc.StatusCode.ALREADY_EXISTS, f"new_task_id: {task_id!r} is taken"
+            )
+        event = TaskSubmitted(
+            request_id=request.request_id,
+            spec=convert.task_spec_from_pb(spec),
+            now_s=0.0,
+            task_id=task_id,
+            forked_from_ref=ref,
+            fork_edits=len(edits),
+        )
+        result = await self._request(event, request.request_id, context)
+        task = self._task_after(result)
+        if task is None:
+            await self._unavailable(context)
+        assert task is not None
+        task_pb = convert.task_record_to_pb(task)
+        created = result.created
+        summary = records_pb2.CheckpointSummary(
+            checkpoint_ref=seed.checkpoint_ref,
+            task_id=task_id,
+            epoch=1,
+            seq=1,
+            label=seed.label,
+            created_at_unix_ms=seed.created_at_unix_ms,
+            stored_bytes=len(payload),
+            replicated=True,
+        )
+        return coordinator_pb2.ForkTaskResponse(
+            task_id=task_pb.task_id, task=task_pb, checkpoint=summary, created=created
+        )
+
+    async def _source_spec(self, task_id: str) -> records_pb2.TaskSpec | None:
+        if self._runtime.leading:
+            task = self._runtime.core.task(task_id)
+            return convert.task_spec_to_pb(task.spec) if task is not None else None
+        data = self._cache.get(Collection.TASKS, task_id)
+        return records_pb2.TaskRecord.FromString(data).spec if data is not None else None
 
     # ------------------------------------------------------------------ events
 

@@ -851,6 +851,12 @@ def notice_to_pb(command: EmitEvent, revision: int = 0) -> records_pb2.Event:
         out.task_submitted.CopyFrom(
             records_pb2.TaskSubmitted(task_id=b.task_id, kind=b.kind, request_id=b.request_id)
         )
+    elif isinstance(b, n.TaskForked):
+        out.task_forked.CopyFrom(
+            records_pb2.TaskForked(
+                task_id=b.task_id, from_checkpoint_ref=b.from_checkpoint_ref, edits=b.edits
+            )
+        )
     elif isinstance(b, n.TaskAssigned):
         out.task_assigned.CopyFrom(
             records_pb2.TaskAssigned(

@@ -978,7 +978,11 @@ class CoordinatorCore:
             return
         existing = self._tasks.by_request(ev.request_id)
         if existing is not None:
-            if existing.spec == ev.spec and ev.task_id in ("", existing.task_id):
+            if (
+                existing.spec == ev.spec
+                and ev.task_id in ("", existing.task_id)
+                and ev.forked_from_ref == existing.forked_from_ref
+            ):
                 out.sends.append(
                     ReplyToRequest(ev.request_id, StatusCode.OK, task_id=existing.task_id)
                 )
@@ -1023,11 +1027,14 @@ class CoordinatorCore:
             submitted_at_s=now,
             updated_at_s=now,
             written_term=self._term,
+            forked_from_ref=ev.forked_from_ref,
         )
         self._tasks.insert(task)
         out.tasks[task_id] = task
         self._placement_dirty = True
         out.notices.append(notices.TaskSubmitted(task_id, spec.kind, ev.request_id))
+        if ev.forked_from_ref:
+            out.notices.append(notices.TaskForked(task_id, ev.forked_from_ref, ev.fork_edits))
         out.sends.append(
             ReplyToRequest(ev.request_id, StatusCode.OK, task_id=task_id, created=True)
         )

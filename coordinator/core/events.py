@@ -220,13 +220,17 @@ class TaskUpdateReceived:
 class TaskSubmitted:
     """An orchestrator submitted a task; idempotent on ``request_id``.
 
-    ``task_id`` empty asks the leader to generate one.
+    ``task_id`` empty asks the leader to generate one. ``forked_from_ref`` is
+    set by ForkTask: the checkpoint the new task starts from (already seeded in
+    Redis under the new task's id); ``fork_edits`` counts the state edits.
     """
 
     request_id: str
     spec: TaskSpec
     now_s: float
     task_id: str = ""
+    forked_from_ref: str = ""
+    fork_edits: int = 0
 
 
 @dataclass(frozen=True, slots=True)

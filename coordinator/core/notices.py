@@ -37,6 +37,7 @@ __all__ = [
     "TaskCancelled",
     "TaskCompleted",
     "TaskFailed",
+    "TaskForked",
     "TaskReassigned",
     "TaskResumed",
     "TaskStarted",
@@ -133,6 +134,15 @@ class TaskSubmitted:
     task_id: str
     kind: str
     request_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class TaskForked:
+    """A task was created from another task's checkpoint (ForkTask)."""
+
+    task_id: str
+    from_checkpoint_ref: str
+    edits: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -296,4 +306,5 @@ Notice = (
     | ZombieFenced
     | RecoveryCompleted
     | ConflictDetected
+    | TaskForked
 )

@@ -29,7 +29,16 @@ Series:
   replicated: must stay 0), ``lazarus_replayed_journal_events_total``,
   ``lazarus_work_redone_seconds`` (histogram, upper bound per resumed task),
   ``lazarus_task_interruption_seconds`` (histogram: owner lost -> resumed),
-  ``lazarus_conflicts_total`` (forks kept from fenced owners).
+  ``lazarus_conflicts_total`` (forks kept from fenced owners);
+- shared documents (``coordinator.documents``): ``lazarus_reconcile_seconds``
+  (histogram: reconcile session start -> verified),
+  ``lazarus_reconcile_sessions_total{converged}``,
+  ``lazarus_reconcile_deltas_total`` (deltas merged into or shipped from the
+  canonical replicas), ``lazarus_reconcile_conflicts_total`` (concurrent
+  writes of one key resolved by the document's policy),
+  ``lazarus_shared_documents`` (canonical replicas held), and
+  ``lazarus_state_vector_divergence_ops`` (operations the canonical replicas
+  hold that connected nodes are not known to hold, summed).
 """
 
 from __future__ import annotations
@@ -40,6 +49,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 
 from coordinator.core import CoordinatorCore, EmitEvent, NodeState, Role, TaskState
 from coordinator.core.notices import ConflictDetected, NodeDead, RecoveryCompleted, TaskResumed
+from reconcile.hub import HubStats
 
 __all__ = ["REFRESH_INTERVAL_S", "Metrics"]
 
@@ -130,6 +140,35 @@ class Metrics:
         self.conflicts = Counter(
             "lazarus_conflicts", "Forks kept from fenced owners' divergent progress.", registry=r
         )
+        self.reconcile_seconds = Histogram(
+            "lazarus_reconcile_seconds",
+            "Reconcile session start to every replica verified.",
+            buckets=_RECOVERY_BUCKETS_S,
+            registry=r,
+        )
+        self.reconcile_sessions = Counter(
+            "lazarus_reconcile_sessions", "Reconcile sessions ended.", ["converged"], registry=r
+        )
+        self.reconcile_deltas = Counter(
+            "lazarus_reconcile_deltas",
+            "Deltas merged into or shipped from the canonical shared documents.",
+            registry=r,
+        )
+        self.reconcile_conflicts = Counter(
+            "lazarus_reconcile_conflicts",
+            "Concurrent writes of one key resolved by the document's policy.",
+            registry=r,
+        )
+        self.shared_documents = Gauge(
+            "lazarus_shared_documents", "Canonical shared documents held (leader).", registry=r
+        )
+        self.divergence = Gauge(
+            "lazarus_state_vector_divergence_ops",
+            "Operations of the canonical documents that connected nodes lack, summed.",
+            registry=r,
+        )
+        self._hub_deltas = 0
+        self._hub_conflicts = 0
         for state in NodeState:
             self.nodes.labels(state.name).set(0)
         for task_state in TaskState:
@@ -183,6 +222,21 @@ class Metrics:
                 self.redone.observe(body.work_redone_s)
         elif isinstance(body, ConflictDetected):
             self.conflicts.inc()
+
+    def documents_observed(self, stats: HubStats) -> None:
+        """The document hub's numbers now (counters advance by what is new)."""
+        self.shared_documents.set(stats.documents)
+        self.divergence.set(stats.divergence_ops)
+        if stats.deltas_total < self._hub_deltas or stats.conflicts_total < self._hub_conflicts:
+            self._hub_deltas = self._hub_conflicts = 0  # a new leadership's hub
+        self.reconcile_deltas.inc(stats.deltas_total - self._hub_deltas)
+        self.reconcile_conflicts.inc(stats.conflicts_total - self._hub_conflicts)
+        self._hub_deltas, self._hub_conflicts = stats.deltas_total, stats.conflicts_total
+
+    def reconcile_completed(self, seconds: float, converged: bool) -> None:
+        """A reconcile session ended after ``seconds``."""
+        self.reconcile_seconds.observe(seconds)
+        self.reconcile_sessions.labels("true" if converged else "false").inc()
 
     def etcd_write(self, seconds: float, ok: bool) -> None:
         """A fenced etcd write took ``seconds``."""

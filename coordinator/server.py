@@ -26,6 +26,7 @@ from grpc_reflection.v1alpha import reflection
 from coordinator.aetcd_compat import TOKEN_RENEWAL_S, RenewingClient, TlsClient, tls_credentials
 from coordinator.api import CoordinatorApi, add_coordinator_service
 from coordinator.core import CoreSettings
+from coordinator.documents import DocumentObserver, DocumentService, TeeObserver
 from coordinator.election import Election
 from coordinator.etcd_store import EtcdStore, ReadCache, election_prefix
 from coordinator.runtime import CoordinatorRuntime, Observer, RuntimeSettings
@@ -131,6 +132,7 @@ class CoordinatorServer:
         self._client: aetcd.Client | None = None
         self._server: grpc.aio.Server | None = None
         self._api: CoordinatorApi | None = None
+        self.documents: DocumentService | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self.runtime: CoordinatorRuntime | None = None
         self._health: health_aio.HealthServicer | None = None
@@ -157,6 +159,12 @@ class CoordinatorServer:
         self.address = s.advertise_address or f"{listen_host}:{bound}"
         store = EtcdStore(client, s.cluster, timeout_s=s.etcd_timeout_s)
         cache = ReadCache(store)
+        observer = self._observer
+        documents = DocumentService(
+            s.redis_url,
+            metrics=observer if isinstance(observer, DocumentObserver) else None,
+        )
+        self.documents = documents
         runtime = CoordinatorRuntime(
             self.core_settings,
             RuntimeSettings(
@@ -165,10 +173,11 @@ class CoordinatorServer:
             election=Election(client, election_prefix(s.cluster), ttl_s=s.lease_ttl_s),
             store=store,
             seed=self._seed,
-            observer=self._observer,
+            observer=TeeObserver(observer, documents),
         )
+        documents.attach(runtime)
         self.runtime = runtime
-        add_agent_service(server, runtime)
+        add_agent_service(server, runtime, documents)
         self._api = add_coordinator_service(
             server,
             runtime,
@@ -216,6 +225,9 @@ class CoordinatorServer:
         if self._api is not None:
             await self._api.close()
             self._api = None
+        if self.documents is not None:
+            await self.documents.close()
+            self.documents = None
         if self._client is not None:
             with contextlib.suppress(Exception):
                 await self._client.close()

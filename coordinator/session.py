@@ -19,8 +19,9 @@ without a change. An unsupported ``Hello.protocol_version`` is
 FAILED_PRECONDITION. A replica that does not lead writes ``NotLeader`` (the
 leader's address read from the election) and ends with UNAVAILABLE.
 
-Messages of the reconciliation protocol (state vectors, deltas, lineage) are
-not handled yet and are ignored.
+Shared-document messages (DocumentInterest, DeltaBatch, DeltaAck,
+StateVectorReport) go to the ``coordinator.documents.DocumentService`` when
+one is given, with the stream's channel; it is told when the stream ends.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from google.protobuf.unknown_fields import UnknownFieldSet
 
 from coordinator import convert
 from coordinator.core import GoodbyeReceived, SessionClosed
+from coordinator.documents import DOCUMENT_MESSAGES, DocumentService
 from coordinator.runtime import Channel, Close, CoordinatorRuntime
 from lazarus.v1 import agent_pb2
 
@@ -95,8 +97,11 @@ def unknown_field_path(message: Message, path: str = "") -> str | None:
 class AgentSessionService:
     """Serves ``AgentService.Session`` for one runtime."""
 
-    def __init__(self, runtime: CoordinatorRuntime) -> None:
+    def __init__(
+        self, runtime: CoordinatorRuntime, documents: DocumentService | None = None
+    ) -> None:
         self._runtime = runtime
+        self._documents = documents
 
     async def Session(
         self, request_iterator: AsyncIterator[bytes], context: grpc.aio.ServicerContext[Any, Any]
@@ -127,6 +132,8 @@ class AgentSessionService:
                     session_id=channel.session_id, node_id=channel.node_id, now_s=0.0
                 )
                 await asyncio.shield(runtime.feed(closed))
+                if self._documents is not None:
+                    self._documents.detached(channel)
             runtime.release_channel(channel)
 
     async def _not_leader(self, context: grpc.aio.ServicerContext[Any, Any]) -> None:
@@ -240,6 +247,9 @@ class AgentSessionService:
                     released_all=bye.released_all,
                 )
             )
+        elif which in DOCUMENT_MESSAGES and self._documents is not None:
+            await self._documents.receive(channel, message)
+            return None
         else:
             _log.debug("session %s: %s not handled yet, ignored", sid, which)
             return None
@@ -248,13 +258,22 @@ class AgentSessionService:
         return None
 
 
-def add_agent_service(server: grpc.aio.Server, runtime: CoordinatorRuntime) -> AgentSessionService:
+def add_agent_service(
+    server: grpc.aio.Server,
+    runtime: CoordinatorRuntime,
+    documents: DocumentService | None = None,
+) -> AgentSessionService:
     """Register AgentService on ``server``; requests reach the servicer as raw bytes.
+
+    Args:
+        server: the gRPC server.
+        runtime: the leader loop.
+        documents: the shared-document service (None: those messages are ignored).
 
     Returns:
         The servicer.
     """
-    servicer = AgentSessionService(runtime)
+    servicer = AgentSessionService(runtime, documents)
     handler = grpc.stream_stream_rpc_method_handler(
         servicer.Session,
         request_deserializer=None,

@@ -53,8 +53,9 @@ from node_agent.core import (
 from node_agent.metrics import AgentMetrics
 from node_agent.replication import RedisCheckpointReplica, ReplicationObserver, Replicator
 from node_agent.runner import TaskRunner
-from node_agent.sdk import Agent
+from node_agent.sdk import Agent, ServiceContext
 from node_agent.settings import AgentSettings
+from node_agent.shared import DOCUMENT_BODIES, SharedDocuments
 
 __all__ = ["NodeAgent", "fork_key", "fork_records_key", "load_app"]
 
@@ -157,6 +158,9 @@ class NodeAgent:
         self._redirect = ""
         self._close_requested = asyncio.Event()  # the core said CloseSession
         self._lineage_reports: dict[str, agent_pb2.AgentMessage] = {}  # fork id -> until acked
+        self.shared: SharedDocuments | None = None
+        """Shared CRDT documents (``node_agent.shared``), open after ``start``."""
+        self._services: list[asyncio.Task[None]] = []
         self._stopping = False
         self._sessions = 0
         self._mono0 = time.monotonic()
@@ -193,6 +197,8 @@ class NodeAgent:
             observer=_ReplicationMetrics(self.metrics),
         )
         await self._replicator.start()
+        self.shared = SharedDocuments(s.data_dir, s.node_id)
+        await self.shared.start()
         self._runner = TaskRunner(
             app=self.app,
             store=self._store,
@@ -204,6 +210,7 @@ class NodeAgent:
             default_durability=s.durability,
             max_payload_bytes=s.max_payload_bytes,
             metrics=self.metrics,
+            shared=self.shared,
         )
         metas = await self._store.aio.metas()
         async with self._lock:
@@ -222,12 +229,29 @@ class NodeAgent:
             asyncio.create_task(self._session_loop(), name="agent-session"),
             asyncio.create_task(self._tick_loop(), name="agent-tick"),
         ]
+        shared = self.shared
+        for spec in self.app.services:
+            ctx = ServiceContext(
+                node_id=s.node_id,
+                data_dir=str(s.data_dir),
+                open_shared=lambda name, kind: shared.handle(name, kind),
+            )
+            task: asyncio.Task[None] = asyncio.ensure_future(spec.fn(ctx))
+            task.set_name(f"service:{spec.name}")
+            task.add_done_callback(_log_service_end)
+            self._services.append(task)
 
     async def stop(self, *, goodbye: bool = True, timeout_s: float = 10.0) -> None:
         """Pause every task (flushing it to Redis), say Goodbye, close everything."""
         if self._stopping:
             return
         self._stopping = True
+        for service in self._services:
+            service.cancel()
+        for service in self._services:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await service
+        self._services = []
         runner = self._runner
         if runner is not None:
             async with self._lock:
@@ -260,6 +284,8 @@ class NodeAgent:
             await runner.close()
         if self._replicator is not None:
             await self._replicator.close(drain_timeout_s=2.0)
+        if self.shared is not None:
+            await self.shared.close()
         if self._redis is not None:
             with contextlib.suppress(Exception):
                 await self._redis.aclose()
@@ -361,6 +387,9 @@ class NodeAgent:
                             reason = "stream ended by the coordinator"
                             break
                         body = msg.WhichOneof("body")
+                        if body in DOCUMENT_BODIES and self.shared is not None:
+                            self.shared.receive(msg)  # shared documents: not the core's
+                            continue
                         if body == "welcome":
                             welcomed = True
                             self._sessions += 1
@@ -395,6 +424,8 @@ class NodeAgent:
         finally:
             self._call = None
             self._outbound = None
+            if self.shared is not None:
+                self.shared.session_closed()
             async with self._lock:
                 await self._execute(self.core.on_session_closed(self._now(), reason))
         return welcomed
@@ -443,6 +474,8 @@ class NodeAgent:
             for report in self._lineage_reports.values():  # not acked yet: again
                 if self._outbound is not None:
                     self._outbound.put_nowait(report)
+            if self.shared is not None and self._outbound is not None:
+                self.shared.session_opened(self._outbound.put_nowait)
         if kind == "heartbeat_rtt":
             self.metrics.heartbeat_rtt.observe(f["seconds"])
             return
@@ -491,6 +524,17 @@ class NodeAgent:
         events = [
             e for e in await store.replay(task_id, after_seq=journal_base) if e.epoch <= cmd.epoch
         ]
+        # A task whose state is a CRDT document (ctx.crdt_state): what it did at
+        # the stale epoch is in its replica of task/<id> and merges into the
+        # current owner's state through the shared-document reconciliation.
+        crdt = self.shared is not None and self.shared.holds(f"task/{task_id}")
+        if crdt:
+            _log.warning(
+                "task %s revoked at epoch %d: its CRDT state merges into the current owner's",
+                task_id,
+                cmd.epoch,
+                extra={"lazarus": {"event": "crdt_state_merged", "task_id": task_id}},
+            )
         if not infos and not events:
             _log.info(
                 "task %s revoked at epoch %d: no progress beyond what Redis holds",
@@ -544,7 +588,9 @@ class NodeAgent:
             divergent_journal_events=len(events),
             first_divergent_journal_seq=min(seqs, default=0),
             last_divergent_journal_seq=max(seqs, default=0),
-            resolution=records_pb2.FORK_RESOLUTION_KEPT,
+            resolution=records_pb2.FORK_RESOLUTION_MERGED
+            if crdt
+            else records_pb2.FORK_RESOLUTION_KEPT,
             detected_at_unix_ms=self._wall_ms(),
         )
         fork.base_checkpoint.task_id = task_id
@@ -680,6 +726,11 @@ class NodeAgent:
     async def lost(self, task_id: str, epoch: int, current_epoch: int) -> None:
         async with self._lock:
             await self._execute(self.core.task_lost(task_id, epoch, current_epoch))
+
+
+def _log_service_end(task: asyncio.Task[None]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        _log.error("service %s failed: %r", task.get_name(), task.exception())
 
 
 class _Attempt:

@@ -68,6 +68,7 @@ from node_agent.sdk import (
     TaskContext,
     TaskFailure,
 )
+from node_agent.shared import SharedDocument, SharedDocuments
 
 __all__ = ["Reporter", "TaskRunner"]
 
@@ -171,6 +172,19 @@ class _Host:
     def progress(self, ratio: float, message: str) -> None:
         self._runner._progress(self._run, ratio, message)
 
+    def shared(self, name: str, kind: str) -> SharedDocument:
+        if self._runner.shared is None:
+            raise RuntimeError("this agent has no shared documents")
+        return self._runner.shared.handle(name, kind, check=self._check)
+
+    async def crdt_state(self, kind: str, sync_timeout_s: float) -> SharedDocument:
+        if self._runner.shared is None:
+            raise RuntimeError("this agent has no shared documents")
+        self._check()
+        return await self._runner.shared.task_state(
+            self._run.task_id, kind, self._check, sync_timeout_s
+        )
+
 
 class TaskRunner:
     """Runs the handlers of ``app`` for one node agent.
@@ -187,6 +201,7 @@ class TaskRunner:
         metrics: the agent's metrics.
         stop_grace_s: how long a stop waits for the handler before reporting it stopped.
         redis_retry_s: pause between two attempts to reach Redis while restoring.
+        shared: the agent's shared documents (``ctx.shared``); None: none.
     """
 
     def __init__(
@@ -205,6 +220,7 @@ class TaskRunner:
         stop_grace_s: float = 0.3,
         redis_retry_s: float = 0.25,
         flush_timeout_s: float = 10.0,
+        shared: SharedDocuments | None = None,
     ) -> None:
         self.app = app
         self.store = store
@@ -220,6 +236,7 @@ class TaskRunner:
         self.stop_grace_s = stop_grace_s
         self.redis_retry_s = redis_retry_s
         self.flush_timeout_s = flush_timeout_s
+        self.shared = shared
         self._runs: dict[str, _Run] = {}
         self._pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="lazarus-task")
         self._loop: asyncio.AbstractEventLoop | None = None

@@ -50,13 +50,18 @@ import inspect
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
+
+if TYPE_CHECKING:
+    from node_agent.shared import SharedDocument, SyncSharedDocument
 
 __all__ = [
     "Agent",
     "DurabilityName",
     "HandlerSpec",
     "Restored",
+    "ServiceContext",
+    "ServiceSpec",
     "SyncTaskContext",
     "TaskCancelled",
     "TaskContext",
@@ -129,6 +134,10 @@ class _Host(Protocol):
     def cancelled(self) -> bool: ...
 
     async def wait_cancelled(self) -> None: ...
+
+    def shared(self, name: str, kind: str) -> SharedDocument: ...
+
+    async def crdt_state(self, kind: str, sync_timeout_s: float) -> SharedDocument: ...
 
 
 class TaskContext:
@@ -211,6 +220,45 @@ class TaskContext:
         """Return when the task must stop (for handlers that race work against it)."""
         await self._host.wait_cancelled()
 
+    def shared(self, name: str, *, kind: str) -> SharedDocument:
+        """A handle on the fleet-shared CRDT document ``name`` (``node_agent.shared``).
+
+        Args:
+            name: the document's name (its id is ``shared/<name>``), the same on every node.
+            kind: "g-counter", "pn-counter", "or-set", "lww-map", "mv-map" or "rga-log".
+
+        Returns:
+            A ``SharedDocument``: ``await doc.add(x)``, ``await doc.increment(n)``,
+            ``await doc.put(k, v)``, ``await doc.append(item)``, ``doc.value()``.
+            An operation returns once durable on this node; it reaches the
+            other nodes through the leader, also across a partition once healed.
+            Operations raise ``TaskCancelled`` once this task must stop.
+
+        Raises:
+            ValueError: unknown kind, or the document exists with another kind.
+        """
+        return self._host.shared(name, kind)
+
+    async def crdt_state(self, kind: str, *, sync_timeout_s: float = 2.0) -> SharedDocument:
+        """Declare this task's state a CRDT document and return it (``task/<task_id>``).
+
+        The document follows the task across owners: a new owner gets what
+        earlier owners wrote (this call waits up to ``sync_timeout_s`` for the
+        leader's copy; cut off from the leader it returns the local replica).
+        Operations a fenced old owner (a zombie) acknowledged before it
+        stopped are not a lost fork: they merge into the current owner's
+        state when the partition heals. Operations raise ``TaskCancelled``
+        once this assignment must stop.
+
+        Args:
+            kind: a CRDT kind, as for ``shared``.
+            sync_timeout_s: longest wait for the leader's copy, seconds.
+
+        Raises:
+            ValueError: unknown kind, or the task's state has another kind.
+        """
+        return await self._host.crdt_state(kind, sync_timeout_s)
+
 
 class SyncTaskContext:
     """The blocking twin of ``TaskContext``, handed to a plain ``def`` handler.
@@ -253,6 +301,56 @@ class SyncTaskContext:
         """As ``TaskContext.raise_if_cancelled``."""
         self._ctx.raise_if_cancelled()
 
+    def shared(self, name: str, *, kind: str) -> SyncSharedDocument:
+        """As ``TaskContext.shared``; the handle's operations block."""
+        from node_agent.shared import SyncSharedDocument
+
+        return SyncSharedDocument(self._ctx.shared(name, kind=kind), self._call)
+
+    def crdt_state(self, kind: str, *, sync_timeout_s: float = 2.0) -> SyncSharedDocument:
+        """As ``TaskContext.crdt_state``; the handle's operations block."""
+        from node_agent.shared import SyncSharedDocument
+
+        doc = self._call(self._ctx.crdt_state(kind, sync_timeout_s=sync_timeout_s))
+        return SyncSharedDocument(doc, self._call)
+
+
+class ServiceContext:
+    """What an agent-level service (``Agent.service``) gets: the node, shared documents.
+
+    A service runs from agent start to agent stop, independent of task
+    ownership: it keeps running while the agent is cut off from the
+    coordinator (self-fencing pauses tasks, not services), so its shared-document
+    writes are how a partitioned node keeps contributing.
+
+    Attributes:
+        node_id: this node.
+        data_dir: the agent's data directory (a str path).
+    """
+
+    def __init__(
+        self,
+        *,
+        node_id: str,
+        data_dir: str,
+        open_shared: Callable[[str, str], SharedDocument],
+    ) -> None:
+        self.node_id = node_id
+        self.data_dir = data_dir
+        self._open_shared = open_shared
+
+    def shared(self, name: str, *, kind: str) -> SharedDocument:
+        """As ``TaskContext.shared``, not fenced by any task."""
+        return self._open_shared(name, kind)
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceSpec:
+    """A registered agent-level service: ``async def fn(ctx: ServiceContext) -> None``."""
+
+    name: str
+    fn: Callable[[ServiceContext], Awaitable[None]]
+
 
 @dataclass(frozen=True, slots=True)
 class HandlerSpec:
@@ -282,6 +380,7 @@ class Agent:
     def __init__(self, name: str = "lazarus-agent") -> None:
         self.name = name
         self._handlers: dict[str, HandlerSpec] = {}
+        self._services: dict[str, ServiceSpec] = {}
 
     def task(self, kind: str, *, durability: DurabilityName = "local") -> Callable[[H], H]:
         """Register the decorated function as the handler of ``kind``.
@@ -308,6 +407,33 @@ class Agent:
             return fn
 
         return register
+
+    def service(self, name: str) -> Callable[[H], H]:
+        """Register the decorated ``async def fn(ctx: ServiceContext)`` as an agent-level service.
+
+        It is started when the agent starts and cancelled when it stops; an
+        exception it raises is logged and ends only that service.
+
+        Raises:
+            ValueError: a bad or repeated name, or a function that is not ``async def``.
+        """
+        if not isinstance(name, str) or not _KIND.match(name):
+            raise ValueError(f"name: must match {_KIND.pattern}, got {name!r}")
+        if name in self._services:
+            raise ValueError(f"service {name!r} is already registered")
+
+        def register(fn: H) -> H:
+            if not inspect.iscoroutinefunction(fn):
+                raise ValueError(f"service {name!r} must be an async def function")
+            self._services[name] = ServiceSpec(name, fn)
+            return fn
+
+        return register
+
+    @property
+    def services(self) -> tuple[ServiceSpec, ...]:
+        """Registered services, by name."""
+        return tuple(self._services[n] for n in sorted(self._services))
 
     def handler(self, kind: str) -> HandlerSpec | None:
         """The handler of ``kind``, or None."""

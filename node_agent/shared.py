@@ -1,0 +1,779 @@
+"""Shared CRDT documents on a node agent: local replicas, durability, the Session side.
+
+Quick use (in a handler, or an agent-level service)::
+
+    hits = ctx.shared("hits", kind="pn-counter")
+    await hits.increment(3)          # returns once durable in shared.sqlite3
+    seen = ctx.shared("seen", kind="or-set")
+    await seen.add("user-17")
+    print(hits.value(), seen.value())
+
+Theory of operation: the protocol logic is pure
+(:class:`reconcile.endpoint.ReplicaEndpoint`); this module adds IO.
+
+* **Durability.** Replicas live in ``<data_dir>/shared.sqlite3`` (WAL,
+  ``synchronous=FULL``): a table of document snapshots plus an append-only
+  log of deltas (local operations and merged remote deltas), compacted into
+  the snapshot every :data:`COMPACT_EVERY_DELTAS` deltas per document. One
+  writer task group-commits whatever is queued in one transaction on a
+  dedicated thread. An operation returns (is *acknowledged*) after its
+  commit.
+* **Replica id** ``<node_id>~<token>``: the token is created with the file
+  and kept in it, so a restarted agent keeps its replica id and an agent whose
+  data dir was wiped comes back under a new one (``reconcile.documents``
+  forbids reusing dots).
+* **Persist before send.** A local delta is queued for the leader only once
+  committed; a DeltaAck, a DocumentInterest, a DeltaRequest answer and a
+  StateVectorReport are built only after every applied operation is
+  committed.
+* **Session.** On every Welcome the agent sends DocumentInterest with every
+  replica's state vector; the leader ships what the node lacks and asks for
+  what it lacks. Local deltas leave in DeltaBatches of at most
+  :data:`MAX_BATCH_OPS` deltas or after :data:`BATCH_DELAY_S`; a batch stays
+  pending until the leader's DeltaAck (resent from the acked state vector
+  when the leader lacks part of it). Without a Session operations still
+  succeed locally: shared documents are available under partition and merge
+  after the heal.
+* **Fencing.** A handle opened through a ``TaskContext`` refuses operations
+  once its task must stop (``TaskCancelled``); a handle opened by an
+  agent-level service (``Agent.service``) is not tied to a task.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import sqlite3
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from lazarus.v1 import agent_pb2, records_pb2
+from reconcile.documents import (
+    KINDS,
+    Add,
+    Append,
+    Decrement,
+    Delete,
+    Delta,
+    Document,
+    Increment,
+    LWWMap,
+    Operation,
+    Put,
+    Remove,
+    decode_document,
+    new_document,
+)
+from reconcile.endpoint import Batch, ReplicaEndpoint
+from reconcile.hlc import ClockDriftError, HLCTimestamp, HybridLogicalClock
+from reconcile.hub import DocDelta, DocState
+from reconcile.vclock import VectorClock
+
+__all__ = [
+    "BATCH_DELAY_S",
+    "CODEC",
+    "DOCUMENT_BODIES",
+    "MAX_BATCH_OPS",
+    "OpReceipt",
+    "SharedDocument",
+    "SharedDocuments",
+    "SharedStore",
+    "SyncSharedDocument",
+    "crdt_type",
+    "doc_states_from_pb",
+    "doc_states_to_pb",
+    "kind_of",
+    "read_replicas",
+]
+
+_log = logging.getLogger("lazarus.agent.shared")
+
+MAX_BATCH_OPS = 64
+"""Most deltas per DeltaBatch."""
+
+BATCH_DELAY_S = 0.1
+"""Longest a durable local delta waits for a batch."""
+
+COMPACT_EVERY_DELTAS = 512
+"""Log rows of one document after which its snapshot is rewritten."""
+
+CODEC = "lazarus-crdt-v1"
+"""DocumentDelta.codec / DocumentRecord.codec of ``reconcile`` encodings."""
+
+DOCUMENT_BODIES = frozenset(
+    {"reconcile_request", "delta_request", "delta_batch", "delta_ack", "reconcile_done"}
+)
+"""CoordinatorMessage bodies this module handles."""
+
+_TYPES: dict[str, int] = {
+    "g-counter": records_pb2.CRDT_TYPE_G_COUNTER,
+    "pn-counter": records_pb2.CRDT_TYPE_PN_COUNTER,
+    "or-set": records_pb2.CRDT_TYPE_OR_SET,
+    "lww-map": records_pb2.CRDT_TYPE_LWW_MAP,
+    "mv-map": records_pb2.CRDT_TYPE_MV_MAP,
+    "rga-log": records_pb2.CRDT_TYPE_RGA,
+}
+_KINDS_BY_TYPE: dict[int, str] = {int(v): k for k, v in _TYPES.items()}
+
+
+def crdt_type(kind: str) -> int:
+    """records.proto CrdtType of a ``reconcile`` kind."""
+    return _TYPES[kind]
+
+
+def kind_of(crdt: int) -> str:
+    """The ``reconcile`` kind of a CrdtType ("" when unknown)."""
+    return _KINDS_BY_TYPE.get(int(crdt), "")
+
+
+def doc_states_to_pb(
+    states: Iterable[DocState], target: Any
+) -> None:  # target: repeated DocumentStateVector
+    """Append ``states`` to a repeated DocumentStateVector field."""
+    for ds in states:
+        item = target.add(doc_id=ds.doc_id, crdt_type=crdt_type(ds.kind))
+        item.state_vector.counters.update(ds.state_vector.as_dict())
+        item.op_count = ds.state_vector.total()
+
+
+def doc_states_from_pb(items: Iterable[records_pb2.DocumentStateVector]) -> tuple[DocState, ...]:
+    """DocStates of DocumentStateVectors (entries with an unknown type or bad ids skipped)."""
+    out = []
+    for item in items:
+        kind = kind_of(item.crdt_type)
+        if not kind:
+            continue
+        try:
+            sv = VectorClock(dict(item.state_vector.counters))
+        except (TypeError, ValueError):
+            continue
+        out.append(DocState(item.doc_id, kind, sv))
+    return tuple(out)
+
+
+def deltas_to_pb(deltas: Iterable[DocDelta], origin: str, target: Any) -> None:
+    """Append ``deltas`` to a repeated DocumentDelta field."""
+    for dd in deltas:
+        d = dd.delta
+        item = target.add(
+            doc_id=dd.doc_id,
+            crdt_type=crdt_type(d.kind),
+            ops=d.encode(),
+            codec=CODEC,
+            op_count=max(0, d.state_vector.total() - d.base.meet(d.state_vector).total()),
+            origin_node_id=origin,
+        )
+        item.since.counters.update(d.base.as_dict())
+        item.until.counters.update(d.state_vector.as_dict())
+
+
+def deltas_from_pb(items: Iterable[records_pb2.DocumentDelta]) -> tuple[DocDelta, ...]:
+    """DocDeltas of DocumentDeltas (unknown codecs and malformed deltas skipped, logged)."""
+    out = []
+    for item in items:
+        if item.codec != CODEC:
+            _log.warning("delta of %s: unknown codec %r, skipped", item.doc_id, item.codec)
+            continue
+        try:
+            out.append(DocDelta(item.doc_id, Delta.decode(bytes(item.ops))))
+        except (TypeError, ValueError) as exc:
+            _log.warning("delta of %s unreadable, skipped: %s", item.doc_id, exc)
+    return tuple(out)
+
+
+# ---------------------------------------------------------------------------- storage
+
+
+class SharedStore:
+    """``shared.sqlite3``: snapshots + delta log (blocking; one thread uses it)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=FULL")
+        self._db.executescript(
+            """
+            CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+            CREATE TABLE IF NOT EXISTS docs (
+                doc_id TEXT PRIMARY KEY, kind TEXT NOT NULL, state BLOB NOT NULL);
+            CREATE TABLE IF NOT EXISTS log (
+                id INTEGER PRIMARY KEY AUTOINCREMENT, doc_id TEXT NOT NULL,
+                kind TEXT NOT NULL, delta BLOB NOT NULL);
+            """
+        )
+
+    def token(self) -> str:
+        """This file's replica token (created on first use, then kept)."""
+        row = self._db.execute("SELECT value FROM meta WHERE key='replica_token'").fetchone()
+        if row is not None:
+            return str(row[0])
+        token = uuid.uuid4().hex[:8]
+        self._db.execute("INSERT INTO meta(key, value) VALUES ('replica_token', ?)", (token,))
+        return token
+
+    def load(self, replica_id: str) -> tuple[dict[str, Document], dict[str, int]]:
+        """Every replica (snapshot + log replayed) and its log length."""
+        docs: dict[str, Document] = {}
+        counts: dict[str, int] = {}
+        for doc_id, kind, state in self._db.execute("SELECT doc_id, kind, state FROM docs"):
+            try:
+                docs[doc_id] = decode_document(bytes(state), replica_id)
+            except ValueError as exc:
+                _log.error("shared document %s: snapshot unreadable: %s", doc_id, exc)
+                docs[doc_id] = new_document(kind, replica_id)
+        for doc_id, kind, raw in self._db.execute(
+            "SELECT doc_id, kind, delta FROM log ORDER BY id"
+        ):
+            doc = docs.get(doc_id)
+            if doc is None:
+                doc = docs[doc_id] = new_document(kind, replica_id)
+            counts[doc_id] = counts.get(doc_id, 0) + 1
+            try:
+                if not doc.merge_delta(Delta.decode(bytes(raw))):
+                    _log.error("shared document %s: a logged delta does not apply", doc_id)
+            except ValueError as exc:
+                _log.error("shared document %s: logged delta unreadable: %s", doc_id, exc)
+        return docs, counts
+
+    def commit(
+        self, deltas: list[tuple[str, str, bytes]], snapshots: dict[str, tuple[str, bytes]]
+    ) -> None:
+        """One transaction: append ``(doc_id, kind, delta)`` rows, replace ``snapshots``."""
+        db = self._db
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            db.executemany(
+                "INSERT INTO log(doc_id, kind, delta) VALUES (?, ?, ?)",
+                [row for row in deltas if row[0] not in snapshots],
+            )
+            for doc_id, (kind, state) in snapshots.items():
+                db.execute(
+                    "INSERT OR REPLACE INTO docs(doc_id, kind, state) VALUES (?, ?, ?)",
+                    (doc_id, kind, state),
+                )
+                db.execute("DELETE FROM log WHERE doc_id = ?", (doc_id,))
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+
+    def close(self) -> None:
+        """Close the file."""
+        self._db.close()
+
+
+def read_replicas(data_dir: Path) -> dict[str, Document]:
+    """Every replica in ``<data_dir>/shared.sqlite3`` (a debug read, for tests; agent stopped)."""
+    store = SharedStore(Path(data_dir) / "shared.sqlite3")
+    try:
+        token = store.token()
+        docs, _ = store.load(f"reader~{token}")
+        return docs
+    finally:
+        store.close()
+
+
+# ---------------------------------------------------------------------------- handles
+
+
+@dataclass(frozen=True, slots=True)
+class OpReceipt:
+    """What an acknowledged operation was: its dot, and (lww-map) its HLC timestamp.
+
+    Attributes:
+        doc_id: ``shared/<name>``.
+        replica_id: this agent's replica id.
+        seq: the operation's seq under ``replica_id``.
+        at: the HLC timestamp of an lww-map write; None otherwise.
+    """
+
+    doc_id: str
+    replica_id: str
+    seq: int
+    at: HLCTimestamp | None = None
+
+
+class SharedDocument:
+    """A handle on one shared document (``ctx.shared(name, kind=...)``).
+
+    Every operation is a coroutine that returns an :class:`OpReceipt` once
+    the operation is durable locally. Operations the document's kind does not
+    have raise ``TypeError``.
+    """
+
+    def __init__(
+        self, owner: SharedDocuments, doc_id: str, kind: str, check: Callable[[], None] | None
+    ) -> None:
+        self._owner = owner
+        self.doc_id = doc_id
+        self.kind = kind
+        self.name = doc_id.removeprefix("shared/")
+        self._check = check
+
+    async def _op(self, op: Operation) -> OpReceipt:
+        if self._check is not None:
+            self._check()
+        return await self._owner.apply(self.doc_id, self.kind, op)
+
+    async def increment(self, amount: int = 1) -> OpReceipt:
+        """Add ``amount`` (>= 1) to a g-counter or pn-counter."""
+        return await self._op(Increment(amount))
+
+    async def decrement(self, amount: int = 1) -> OpReceipt:
+        """Subtract ``amount`` (>= 1) from a pn-counter."""
+        return await self._op(Decrement(amount))
+
+    async def add(self, member: str | int) -> OpReceipt:
+        """Add ``member`` to an or-set."""
+        return await self._op(Add(member))
+
+    async def remove(self, member: str | int) -> OpReceipt:
+        """Remove ``member`` from an or-set (the adds this replica has seen)."""
+        return await self._op(Remove(member))
+
+    async def put(self, key: str, value: Any) -> OpReceipt:
+        """Set ``key`` to a JSON ``value`` in an lww-map or mv-map."""
+        return await self._op(Put(key, value, self._owner.stamp(self.kind)))
+
+    async def delete(self, key: str) -> OpReceipt:
+        """Delete ``key`` from an lww-map or mv-map."""
+        return await self._op(Delete(key, self._owner.stamp(self.kind)))
+
+    async def append(self, item: Any) -> OpReceipt:
+        """Append a JSON ``item`` to an rga-log."""
+        return await self._op(Append(item))
+
+    def value(self) -> Any:
+        """The document's current value here (int, list, dict; see ``reconcile.documents``)."""
+        return self._owner.document(self.doc_id, self.kind).value()
+
+    def state_vector(self) -> dict[str, int]:
+        """This replica's state vector (replica id -> operations held)."""
+        return self._owner.document(self.doc_id, self.kind).state_vector().as_dict()
+
+
+class SyncSharedDocument:
+    """The blocking twin of :class:`SharedDocument` (``SyncTaskContext.shared``)."""
+
+    def __init__(self, doc: SharedDocument, call: Callable[[Any], Any]) -> None:
+        self._doc = doc
+        self._call = call
+        self.doc_id = doc.doc_id
+        self.kind = doc.kind
+        self.name = doc.name
+
+    def increment(self, amount: int = 1) -> OpReceipt:
+        """As ``SharedDocument.increment``, blocking."""
+        return self._call(self._doc.increment(amount))  # type: ignore[no-any-return]
+
+    def decrement(self, amount: int = 1) -> OpReceipt:
+        """As ``SharedDocument.decrement``, blocking."""
+        return self._call(self._doc.decrement(amount))  # type: ignore[no-any-return]
+
+    def add(self, member: str | int) -> OpReceipt:
+        """As ``SharedDocument.add``, blocking."""
+        return self._call(self._doc.add(member))  # type: ignore[no-any-return]
+
+    def remove(self, member: str | int) -> OpReceipt:
+        """As ``SharedDocument.remove``, blocking."""
+        return self._call(self._doc.remove(member))  # type: ignore[no-any-return]
+
+    def put(self, key: str, value: Any) -> OpReceipt:
+        """As ``SharedDocument.put``, blocking."""
+        return self._call(self._doc.put(key, value))  # type: ignore[no-any-return]
+
+    def delete(self, key: str) -> OpReceipt:
+        """As ``SharedDocument.delete``, blocking."""
+        return self._call(self._doc.delete(key))  # type: ignore[no-any-return]
+
+    def append(self, item: Any) -> OpReceipt:
+        """As ``SharedDocument.append``, blocking."""
+        return self._call(self._doc.append(item))  # type: ignore[no-any-return]
+
+    def value(self) -> Any:
+        """As ``SharedDocument.value`` (read on the handler's thread; a snapshot)."""
+        return self._call(_value(self._doc))
+
+    def state_vector(self) -> dict[str, int]:
+        """As ``SharedDocument.state_vector``."""
+        return self._call(_sv(self._doc))  # type: ignore[no-any-return]
+
+
+async def _value(doc: SharedDocument) -> Any:
+    return doc.value()
+
+
+async def _sv(doc: SharedDocument) -> dict[str, int]:
+    return doc.state_vector()
+
+
+# ---------------------------------------------------------------------------- manager
+
+
+@dataclass(slots=True)
+class _Write:
+    doc_id: str
+    kind: str
+    delta: Delta
+    done: asyncio.Future[None] | None
+    local: bool = False
+
+
+class SharedDocuments:
+    """Every shared document of one node agent; see the module docstring.
+
+    Args:
+        data_dir: the agent's data directory (``shared.sqlite3`` goes there).
+        node_id: this node.
+    """
+
+    def __init__(self, data_dir: Path, node_id: str) -> None:
+        self.path = Path(data_dir) / "shared.sqlite3"
+        self.node_id = node_id
+        self.replica_id = node_id
+        self.endpoint = ReplicaEndpoint(node_id, max_ops=MAX_BATCH_OPS)
+        self._store: SharedStore | None = None
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lazarus-shared")
+        self._hlc = HybridLogicalClock(node_id)
+        self._writes: list[_Write] = []
+        self._writing = False
+        self._idle = asyncio.Event()
+        self._wake = asyncio.Event()
+        self._log_rows: dict[str, int] = {}
+        self._send: Callable[[agent_pb2.AgentMessage], None] | None = None
+        self._inbox: asyncio.Queue[agent_pb2.CoordinatorMessage] = asyncio.Queue()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._flush_handle: asyncio.TimerHandle | None = None
+        self._synced: dict[str, asyncio.Event] = {}
+        self.reconciles: list[dict[str, Any]] = []
+        """ReconcileDone messages received (for logs and tests)."""
+
+    # ---- lifecycle -----------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Open ``shared.sqlite3`` and load every replica."""
+        loop = asyncio.get_running_loop()
+        store = await loop.run_in_executor(self._pool, SharedStore, self.path)
+        self._store = store
+        token = await loop.run_in_executor(self._pool, store.token)
+        self.replica_id = f"{self.node_id}~{token}"
+        self.endpoint = ReplicaEndpoint(self.replica_id, max_ops=MAX_BATCH_OPS)
+        docs, counts = await loop.run_in_executor(self._pool, store.load, self.replica_id)
+        last = HLCTimestamp(0, 0)
+        for doc_id, doc in sorted(docs.items()):
+            self.endpoint.adopt(doc_id, doc)
+            if isinstance(doc, LWWMap):
+                for register in doc._registers.values():
+                    wall_ms, logical = register.last_update[0], register.last_update[1]
+                    if (wall_ms, logical) > (last.wall_ms, last.logical):
+                        last = HLCTimestamp(wall_ms, logical)
+        self._hlc = HybridLogicalClock(self.replica_id, last=last)
+        self._log_rows = counts
+        self._idle.set()
+        self._tasks = [
+            asyncio.create_task(self._writer(), name="shared-writer"),
+            asyncio.create_task(self._inbox_loop(), name="shared-inbox"),
+        ]
+        _log.info(
+            "shared documents: %d loaded from %s as replica %s",
+            len(docs),
+            self.path,
+            self.replica_id,
+        )
+
+    async def close(self) -> None:
+        """Commit what is queued, stop, close the file."""
+        with contextlib.suppress(Exception):
+            async with asyncio.timeout(5.0):
+                await self.durable()
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._tasks = []
+        if self._flush_handle is not None:
+            self._flush_handle.cancel()
+        if self._store is not None:
+            store, self._store = self._store, None
+            loop = asyncio.get_running_loop()
+            with contextlib.suppress(Exception):
+                await loop.run_in_executor(self._pool, self._snapshot_all, store)
+            await loop.run_in_executor(self._pool, store.close)
+        self._pool.shutdown(wait=False)
+
+    def _snapshot_all(self, store: SharedStore) -> None:
+        snaps = {d: (doc.kind, doc.encode()) for d, doc in self.endpoint.docs.items()}
+        if snaps:
+            store.commit([], snaps)
+
+    # ---- handles and operations ------------------------------------------------------
+
+    def handle(
+        self, name: str, kind: str, check: Callable[[], None] | None = None
+    ) -> SharedDocument:
+        """A handle on ``shared/<name>`` of ``kind`` (opened empty when new).
+
+        Raises:
+            ValueError: empty name, unknown kind, or the document exists with another kind.
+        """
+        if not isinstance(name, str) or not name:
+            raise ValueError("shared document name must be a non-empty str")
+        return self.handle_doc(f"shared/{name}", kind, check)
+
+    async def task_state(
+        self, task_id: str, kind: str, check: Callable[[], None] | None, timeout_s: float
+    ) -> SharedDocument:
+        """The CRDT state of a task (document ``task/<task_id>``), synced with the leader.
+
+        Waits up to ``timeout_s`` for the leader's answer to the subscription
+        (what earlier owners wrote); without a Session it returns the local
+        replica as it is (available under partition, merged after the heal).
+        """
+        doc = self.handle_doc(f"task/{task_id}", kind, check)
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout_s):
+                await self._synced_event(doc.doc_id).wait()
+        return doc
+
+    def holds(self, doc_id: str) -> bool:
+        """True when this node has a replica of ``doc_id``."""
+        return doc_id in self.endpoint.docs
+
+    def _synced_event(self, doc_id: str) -> asyncio.Event:
+        event = self._synced.get(doc_id)
+        if event is None:
+            event = self._synced[doc_id] = asyncio.Event()
+        return event
+
+    def handle_doc(
+        self, doc_id: str, kind: str, check: Callable[[], None] | None = None
+    ) -> SharedDocument:
+        """A handle on ``doc_id`` of ``kind`` (opened empty when new); see ``handle``."""
+        if kind not in KINDS:
+            raise ValueError(f"kind {kind!r} is unknown; known: {sorted(KINDS)}")
+        new = doc_id not in self.endpoint.docs
+        self.endpoint.open(doc_id, kind)
+        if new and self._send is not None:  # subscribe at once for live deltas
+            msg = agent_pb2.AgentMessage()
+            doc_states_to_pb(self.endpoint.states([doc_id]), msg.document_interest.subscribe)
+            self._send(msg)
+        return SharedDocument(self, doc_id, kind, check)
+
+    def document(self, doc_id: str, kind: str) -> Document:
+        """The replica of ``doc_id``."""
+        return self.endpoint.open(doc_id, kind)
+
+    def stamp(self, kind: str) -> HLCTimestamp | None:
+        """An HLC timestamp for an lww-map write (None for other kinds)."""
+        if kind != "lww-map":
+            return None
+        return self._hlc.send(time.time_ns() // 1_000_000)
+
+    async def apply(self, doc_id: str, kind: str, op: Operation) -> OpReceipt:
+        """Run ``op`` locally; return once it is durable (then it is queued for the leader).
+
+        Raises:
+            TypeError / ValueError: as ``Document.apply``.
+            RuntimeError: the store is closed.
+        """
+        if self._store is None:
+            raise RuntimeError("shared documents are closed")
+        self.endpoint.open(doc_id, kind)
+        delta = self.endpoint.apply(doc_id, op)
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._queue_write(_Write(doc_id, kind, delta, done, local=True))
+        await done  # the writer queues the delta for the leader once committed
+        at = op.at if isinstance(op, Put | Delete) else None
+        return OpReceipt(doc_id, self.replica_id, delta.state_vector.get(self.replica_id), at)
+
+    # ---- durability ------------------------------------------------------------------
+
+    def _queue_write(self, write: _Write) -> None:
+        self._writes.append(write)
+        self._idle.clear()
+        self._wake.set()
+
+    async def durable(self) -> None:
+        """Return once every operation applied so far is committed."""
+        while self._writes or self._writing:
+            await self._idle.wait()
+
+    async def _writer(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            if not self._writes or self._store is None:
+                continue
+            writes, self._writes = self._writes, []
+            self._writing = True
+            rows = [(w.doc_id, w.kind, w.delta.encode()) for w in writes]
+            snapshots: dict[str, tuple[str, bytes]] = {}
+            for w in writes:
+                self._log_rows[w.doc_id] = self._log_rows.get(w.doc_id, 0) + 1
+            for doc_id in {w.doc_id for w in writes}:
+                if self._log_rows.get(doc_id, 0) >= COMPACT_EVERY_DELTAS:
+                    doc = self.endpoint.docs[doc_id]
+                    snapshots[doc_id] = (doc.kind, doc.encode())  # covers every applied op
+                    self._log_rows[doc_id] = 0
+            error: BaseException | None = None
+            try:
+                await loop.run_in_executor(self._pool, self._store.commit, rows, snapshots)
+            except Exception as exc:
+                error = exc
+                _log.error("shared documents: commit failed: %s", exc)
+            self._writing = False
+            if error is None and any(w.local for w in writes):
+                for w in writes:  # committed: ship, even when the caller was cancelled
+                    if w.local:
+                        self.endpoint.enqueue(w.doc_id, w.delta)
+                self._schedule_flush()
+            for w in writes:
+                if w.done is not None and not w.done.done():
+                    if error is None:
+                        w.done.set_result(None)
+                    else:
+                        w.done.set_exception(error)
+            if not self._writes:
+                self._idle.set()
+
+    # ---- the Session ---------------------------------------------------------------------
+
+    def _schedule_flush(self) -> None:
+        if self.endpoint.queued >= MAX_BATCH_OPS:
+            self._flush()
+        elif self._flush_handle is None:
+            loop = asyncio.get_running_loop()
+            self._flush_handle = loop.call_later(BATCH_DELAY_S, self._flush)
+
+    def _flush(self) -> None:
+        if self._flush_handle is not None:
+            self._flush_handle.cancel()
+            self._flush_handle = None
+        if self._send is None:
+            return  # kept; the next Welcome's interest supersedes them
+        while True:
+            batch = self.endpoint.take_batch()
+            if batch is None:
+                return
+            self._send_batch(batch)
+
+    def _send_batch(self, batch: Batch) -> None:
+        if self._send is None:
+            return
+        msg = agent_pb2.AgentMessage()
+        body = msg.delta_batch
+        body.session_id = batch.session_id
+        body.batch_id = batch.batch_id
+        body.last = batch.last
+        deltas_to_pb(batch.deltas, self.node_id, body.deltas)
+        self._send(msg)
+
+    def session_opened(self, send: Callable[[agent_pb2.AgentMessage], None]) -> None:
+        """A Welcome arrived: send DocumentInterest (after everything applied is durable)."""
+        self._send = send
+        self._inbox.put_nowait(agent_pb2.CoordinatorMessage())  # marker: send interest
+
+    def session_closed(self) -> None:
+        """The Session ended: stop sending until the next Welcome."""
+        self._send = None
+
+    def receive(self, msg: agent_pb2.CoordinatorMessage) -> None:
+        """A document message from the leader (handled in order, off the read loop)."""
+        self._inbox.put_nowait(msg)
+
+    async def _inbox_loop(self) -> None:
+        while True:
+            msg = await self._inbox.get()
+            try:
+                await self._handle(msg)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                _log.exception("shared documents: handling %s failed", msg.WhichOneof("body"))
+
+    async def _handle(self, msg: agent_pb2.CoordinatorMessage) -> None:
+        body = msg.WhichOneof("body")
+        ep = self.endpoint
+        if body is None:  # the interest marker
+            await self.durable()
+            if self._send is None:
+                return
+            out = agent_pb2.AgentMessage()
+            doc_states_to_pb(ep.interest(), out.document_interest.subscribe)
+            self._send(out)
+        elif body == "delta_batch":
+            batch = msg.delta_batch
+            deltas = deltas_from_pb(batch.deltas)
+            self._observe_hlc(deltas)
+            merged, _ = ep.merge(deltas)
+            if merged:
+                last: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+                for i, dd in enumerate(merged):
+                    done = last if i == len(merged) - 1 else None
+                    self._queue_write(_Write(dd.doc_id, dd.delta.kind, dd.delta, done))
+                await last
+            await self.durable()
+            for dd in deltas:  # the leader answered for this document: in sync
+                self._synced_event(dd.doc_id).set()
+            if self._send is not None:
+                out = agent_pb2.AgentMessage()
+                out.delta_ack.batch_id = batch.batch_id
+                doc_states_to_pb(ep.states({dd.doc_id for dd in deltas}), out.delta_ack.merged)
+                self._send(out)
+        elif body == "delta_ack":
+            ack = msg.delta_ack
+            resend = ep.on_ack(ack.batch_id, doc_states_from_pb(ack.merged))
+            if resend is not None:
+                self._send_batch(resend)
+        elif body == "delta_request":
+            req = msg.delta_request
+            await self.durable()
+            self._send_batch(ep.answer_request(req.session_id, doc_states_from_pb(req.have)))
+        elif body == "reconcile_request":
+            rr = msg.reconcile_request
+            await self.durable()
+            if self._send is not None:
+                out = agent_pb2.AgentMessage()
+                out.state_vector_report.session_id = rr.session_id
+                out.state_vector_report.phase = rr.phase
+                doc_states_to_pb(ep.report(rr.doc_ids), out.state_vector_report.documents)
+                self._send(out)
+        elif body == "reconcile_done":
+            done_msg = msg.reconcile_done
+            entry = {
+                "session_id": done_msg.session_id,
+                "converged": done_msg.converged,
+                "documents": done_msg.documents,
+                "conflicts": done_msg.conflicts,
+                "duration_ms": done_msg.duration_ms,
+            }
+            self.reconciles.append(entry)
+            _log.info(
+                "reconcile %s done: converged=%s documents=%d conflicts=%d in %d ms",
+                done_msg.session_id,
+                done_msg.converged,
+                done_msg.documents,
+                done_msg.conflicts,
+                done_msg.duration_ms,
+                extra={"lazarus": {"event": "reconcile_done", **entry}},
+            )
+
+    def _observe_hlc(self, deltas: Iterable[DocDelta]) -> None:
+        """Move the HLC past remote lww-map stamps (causality across nodes)."""
+        now_ms = time.time_ns() // 1_000_000
+        for dd in deltas:
+            if dd.delta.kind != "lww-map":
+                continue
+            for entry in dd.delta.payload:
+                with contextlib.suppress(ClockDriftError, TypeError, ValueError):
+                    self._hlc.receive(HLCTimestamp(entry[1], entry[2]), now_ms)

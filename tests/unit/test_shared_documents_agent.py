@@ -1,0 +1,180 @@
+"""node_agent.shared: durability, replica ids across restarts, the Session side (no network)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lazarus.v1 import agent_pb2
+from node_agent.sdk import TaskCancelled
+from node_agent.shared import (
+    SharedDocuments,
+    deltas_from_pb,
+    deltas_to_pb,
+    doc_states_from_pb,
+    read_replicas,
+)
+from reconcile.documents import Increment, new_document
+from reconcile.hub import DocDelta
+
+
+async def test_operations_are_durable_and_the_replica_id_survives_a_restart(
+    tmp_path: Path,
+) -> None:
+    docs = SharedDocuments(tmp_path, "node-a")
+    await docs.start()
+    rid = docs.replica_id
+    counter = docs.handle("hits", "pn-counter")
+    members = docs.handle("seen", "or-set")
+    log = docs.handle("events", "rga-log")
+    config = docs.handle("config", "lww-map")
+    for _ in range(600):  # crosses the compaction threshold once
+        await counter.increment(2)
+    await counter.decrement(1)
+    await members.add("x")
+    await members.add("y")
+    await members.remove("x")
+    receipt = await log.append({"n": 1})
+    put = await config.put("k", "v")
+    assert receipt.replica_id == rid
+    assert put.at is not None
+    await docs.close()
+
+    again = SharedDocuments(tmp_path, "node-a")
+    await again.start()
+    assert again.replica_id == rid  # same data dir: same replica id, seqs continue
+    assert again.handle("hits", "pn-counter").value() == 1199
+    assert again.handle("seen", "or-set").value() == {"y"}
+    assert again.handle("events", "rga-log").value() == [{"n": 1}]
+    assert again.handle("config", "lww-map").value() == {"k": "v"}
+    nxt = await again.handle("hits", "pn-counter").increment(1)
+    assert nxt.seq == 602
+    await again.close()
+
+    on_disk = read_replicas(tmp_path)
+    assert on_disk["shared/hits"].value() == 1200
+
+    wiped = tmp_path / "wiped"
+    fresh = SharedDocuments(wiped, "node-a")
+    await fresh.start()
+    assert fresh.replica_id != rid  # a wiped data dir never reuses dots
+    await fresh.close()
+
+
+async def test_a_task_handle_refuses_operations_once_fenced(tmp_path: Path) -> None:
+    docs = SharedDocuments(tmp_path, "node-a")
+    await docs.start()
+    fenced = False
+
+    def check() -> None:
+        if fenced:
+            raise TaskCancelled("fenced")
+
+    handle = docs.handle("hits", "g-counter", check=check)
+    await handle.increment()
+    fenced = True
+    with pytest.raises(TaskCancelled):
+        await handle.increment()
+    assert handle.value() == 1
+    with pytest.raises(ValueError, match="pn-counter"):
+        docs.handle("hits", "pn-counter")
+    await docs.close()
+
+
+async def test_session_interest_batches_acks_and_remote_deltas(tmp_path: Path) -> None:
+    docs = SharedDocuments(tmp_path, "node-a")
+    await docs.start()
+    sent: list[agent_pb2.AgentMessage] = []
+    handle = docs.handle("hits", "g-counter")
+    await handle.increment(5)
+    docs.session_opened(sent.append)
+    await asyncio.sleep(0.05)
+    interest = [m for m in sent if m.HasField("document_interest")]
+    assert interest
+    states = doc_states_from_pb(interest[-1].document_interest.subscribe)
+    assert [(s.doc_id, s.state_vector.total()) for s in states] == [("shared/hits", 1)]
+
+    await handle.increment(1)
+    await asyncio.sleep(0.2)  # the batch delay
+    batches = [m for m in sent if m.HasField("delta_batch")]
+    assert batches
+    assert len(deltas_from_pb(batches[-1].delta_batch.deltas)) == 1
+
+    remote = new_document("g-counter", "node-b~1")
+    delta = remote.apply(Increment(7))
+    msg = agent_pb2.CoordinatorMessage()
+    msg.delta_batch.batch_id = 9
+    deltas_to_pb([DocDelta("shared/hits", delta)], "coordinator", msg.delta_batch.deltas)
+    docs.receive(msg)
+    await asyncio.sleep(0.1)
+    acks = [m for m in sent if m.HasField("delta_ack")]
+    assert acks
+    assert acks[-1].delta_ack.batch_id == 9
+    assert handle.value() == 13
+    await docs.close()
+    assert read_replicas(tmp_path)["shared/hits"].value() == 13
+
+
+# ---- the coordinator's shell (coordinator.documents), without Redis ----------------------
+
+
+def _drain(channel: Any) -> list[agent_pb2.CoordinatorMessage]:
+    out = []
+    while not channel._queue.empty():
+        item = channel._queue.get_nowait()
+        if isinstance(item, agent_pb2.CoordinatorMessage):
+            out.append(item)
+    return out
+
+
+async def test_document_service_merges_acks_fans_out_and_reconciles() -> None:
+    from coordinator.core import EmitEvent
+    from coordinator.core.notices import NodeRecovered
+    from coordinator.core.records import NodeState
+    from coordinator.documents import DocumentService, decode_record, encode_record
+    from coordinator.runtime import Channel
+    from reconcile.hub import PersistDocument
+
+    svc = DocumentService("redis://127.0.0.1:1/0")  # nothing listens: loads nothing
+    svc.leadership_changed(True, 7)
+    await asyncio.sleep(0.2)
+    a, b = Channel("sa"), Channel("sb")
+    a.node_id, b.node_id = "a", "b"
+    for channel in (a, b):
+        msg = agent_pb2.AgentMessage()
+        msg.document_interest.subscribe.add(doc_id="shared/hits", crdt_type=1)
+        await svc.receive(channel, msg)
+        answer = _drain(channel)  # interest is answered per document (here: empty)
+        assert [m.WhichOneof("body") for m in answer] == ["delta_batch"]
+    writer = new_document("g-counter", "a~1")
+    up = agent_pb2.AgentMessage()
+    up.delta_batch.batch_id = 1
+    deltas_to_pb([DocDelta("shared/hits", writer.apply(Increment(3)))], "a", up.delta_batch.deltas)
+    await svc.receive(a, up)
+    to_a, to_b = _drain(a), _drain(b)
+    assert [m.WhichOneof("body") for m in to_a] == ["delta_ack"]
+    assert dict(to_a[0].delta_ack.merged[0].state_vector.counters) == {"a~1": 1}
+    assert [m.WhichOneof("body") for m in to_b] == ["delta_batch"]
+    svc.event_emitted(EmitEvent(7, 0.0, NodeRecovered("b", "i", NodeState.DEAD, 4.0)))
+    request = _drain(b)
+    assert [m.WhichOneof("body") for m in request] == ["reconcile_request"]
+    assert request[0].reconcile_request.phase == agent_pb2.RECONCILE_PHASE_GATHER
+    b.closed = True  # a replaced stream: its late messages are ignored
+    await svc.receive(b, up)
+    assert _drain(b) == []
+    hub = svc.hub
+    assert hub is not None
+    doc = hub.document("shared/hits")
+    assert doc is not None
+    cmd = PersistDocument("shared/hits", "g-counter", doc.encode(), doc.state_vector(), 1)
+    record = decode_record(encode_record(cmd, 1))
+    assert record.doc_id == "shared/hits"
+    corrupt = bytearray(encode_record(cmd, 1))
+    corrupt[-1] ^= 0xFF
+    with pytest.raises(ValueError, match="checksum"):
+        decode_record(bytes(corrupt))
+    svc.leadership_changed(False, 7)
+    await svc.close()

@@ -261,6 +261,8 @@ class LocalCluster:
                 endpoints[index % len(endpoints)],
                 "--metrics-listen",
                 metrics,
+                "--redis-url",
+                self.redis_url,
                 *self.coordinator_args,
             ],
             self.run_dir / f"coordinator-{index}.log",

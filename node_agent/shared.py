@@ -564,6 +564,7 @@ class SharedDocuments:
         self.endpoint.open(doc_id, kind)
         if new and self._send is not None:  # subscribe at once for live deltas
             msg = agent_pb2.AgentMessage()
+            msg.document_interest.SetInParent()  # the oneof is set even with nothing in it
             doc_states_to_pb(self.endpoint.states([doc_id]), msg.document_interest.subscribe)
             self._send(msg)
         return SharedDocument(self, doc_id, kind, check)
@@ -671,6 +672,7 @@ class SharedDocuments:
         if self._send is None:
             return
         msg = agent_pb2.AgentMessage()
+        msg.delta_batch.SetInParent()
         body = msg.delta_batch
         body.session_id = batch.session_id
         body.batch_id = batch.batch_id
@@ -709,6 +711,7 @@ class SharedDocuments:
             if self._send is None:
                 return
             out = agent_pb2.AgentMessage()
+            out.document_interest.SetInParent()  # no documents yet is still an interest
             doc_states_to_pb(ep.interest(), out.document_interest.subscribe)
             self._send(out)
         elif body == "delta_batch":
@@ -727,6 +730,7 @@ class SharedDocuments:
                 self._synced_event(dd.doc_id).set()
             if self._send is not None:
                 out = agent_pb2.AgentMessage()
+                out.delta_ack.SetInParent()
                 out.delta_ack.batch_id = batch.batch_id
                 doc_states_to_pb(ep.states({dd.doc_id for dd in deltas}), out.delta_ack.merged)
                 self._send(out)
@@ -744,6 +748,7 @@ class SharedDocuments:
             await self.durable()
             if self._send is not None:
                 out = agent_pb2.AgentMessage()
+                out.state_vector_report.SetInParent()
                 out.state_vector_report.session_id = rr.session_id
                 out.state_vector_report.phase = rr.phase
                 doc_states_to_pb(ep.report(rr.doc_ids), out.state_vector_report.documents)

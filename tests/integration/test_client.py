@@ -506,48 +506,46 @@ async def test_get_checkpoint_reads_the_newest_replicated_one(
 async def test_fork_task_starts_a_new_task_from_a_checkpoint_with_edits(
     leader: Client, follower: Client
 ) -> None:
-    task = (await leader.submit("sleep", {"seconds": 30, "checkpoints": 30})).task
-    try:
-        task = await running(follower, task.task_id)
-        got = await follower.checkpoint(task.task_id)
-        ref = got.checkpoint.checkpoint_ref
-        state = json.loads(got.checkpoint.payload)
-        rid = f"fork-{uuid.uuid4().hex[:8]}"
-        spec = R.TaskSpec(
-            kind="sleep",
-            payload=json.dumps({"seconds": 0.3, "checkpoints": 1}).encode(),
-            content_type="application/json",
-        )
-        forked = await leader.fork(ref, edits={"note": "forked"}, request_id=rid, spec=spec)
-        assert forked.created
-        assert forked.task.forked_from_ref == ref
-        assert forked.checkpoint.seq == 1
-        again = await follower.fork(ref, edits={"note": "forked"}, request_id=rid, spec=spec)
-        assert not again.created
-        assert again.task_id == forked.task_id
-        seeded = await leader.checkpoint(forked.task_id)
-        assert seeded.checkpoint.parent_ref == ref
-        assert json.loads(seeded.checkpoint.payload) == {**state, "note": "forked"}
-        done = await finished(follower, forked.task_id)
-        # It resumed from the seeded checkpoint: the sleep handler reports where.
-        assert json.loads(done.result.payload)["resumed_at_step"] == state["step"]
-        await refused(leader.fork("no-at-sign"), InvalidArgument, "from_checkpoint_ref")
-        await refused(leader.fork(f"{task.task_id}@99999"), NotFound, "from_checkpoint_ref")
-        await refused(
-            leader.fork(ref, edits=[("", 1)], request_id=rid + "x"), InvalidArgument, "edits[0].key"
-        )
-        await refused(
-            leader.fork(ref, edits=[("k", b"{not json")], request_id=rid + "y"),
-            InvalidArgument,
-            "edits[0].value_json",
-        )
-        await refused(
-            leader.fork(ref, request_id=rid, new_task_id="other-id", spec=spec),
-            AlreadyExists,
-            "request_id",
-        )
-    finally:
-        await leader.cancel(task.task_id)
+    # A finished source: its newest replicated checkpoint no longer moves.
+    task = (await leader.submit("sleep", {"seconds": 0.4, "checkpoints": 2})).task
+    task = await finished(follower, task.task_id)
+    got = await follower.checkpoint(task.task_id)
+    ref = got.checkpoint.checkpoint_ref
+    state = json.loads(got.checkpoint.payload)
+    rid = f"fork-{uuid.uuid4().hex[:8]}"
+    spec = R.TaskSpec(
+        kind="sleep",
+        payload=json.dumps({"seconds": 0.3, "checkpoints": 1}).encode(),
+        content_type="application/json",
+    )
+    forked = await leader.fork(ref, edits={"note": "forked"}, request_id=rid, spec=spec)
+    assert forked.created
+    assert forked.task.forked_from_ref == ref
+    assert forked.checkpoint.seq == 1
+    again = await follower.fork(ref, edits={"note": "forked"}, request_id=rid, spec=spec)
+    assert not again.created
+    assert again.task_id == forked.task_id
+    seeded = await leader.checkpoint(forked.task_id)
+    assert seeded.checkpoint.parent_ref == ref
+    assert json.loads(seeded.checkpoint.payload) == {**state, "note": "forked"}
+    done = await finished(follower, forked.task_id)
+    # It resumed from the seeded checkpoint: the sleep handler reports where.
+    assert json.loads(done.result.payload)["resumed_at_step"] == state["step"]
+    await refused(leader.fork("no-at-sign"), InvalidArgument, "from_checkpoint_ref")
+    await refused(leader.fork(f"{task.task_id}@99999"), NotFound, "from_checkpoint_ref")
+    await refused(
+        leader.fork(ref, edits=[("", 1)], request_id=rid + "x"), InvalidArgument, "edits[0].key"
+    )
+    await refused(
+        leader.fork(ref, edits=[("k", b"{not json")], request_id=rid + "y"),
+        InvalidArgument,
+        "edits[0].value_json",
+    )
+    await refused(
+        leader.fork(ref, request_id=rid, new_task_id="other-id", spec=spec),
+        AlreadyExists,
+        "request_id",
+    )
 
 
 # ---------------------------------------------------------------- DrainNode / UncordonNode

@@ -317,9 +317,10 @@ async def test_write_rpcs_validate_every_field_on_leader_and_follower(
             err = await _error(getattr(stub, method)(request, timeout=WAIT_S))
             assert err.code() is code, (server.settings.member_id, method, err)
             assert fragment in (err.details() or ""), (method, err.details())
-        # ForkTask is a later issue.
         err = await _error(stub.ForkTask(coordinator_pb2.ForkTaskRequest(), timeout=WAIT_S))
-        assert err.code() is grpc.StatusCode.UNIMPLEMENTED
+        assert err.code() is grpc.StatusCode.INVALID_ARGUMENT
+        assert "request_id" in (err.details() or "")
+        assert "from_checkpoint_ref" in (err.details() or "")
     assert time.monotonic() - started < 30
 
 

@@ -72,6 +72,10 @@ def fork_records_key(task_id: str, fork_id: str, prefix: str = "lazarus") -> str
 
 _log = logging.getLogger("lazarus.agent")
 
+DIRECTIVE_BATCH = 64
+"""Most leader messages stepped through the core as one batch (the lock is held
+that long: heartbeats and acks wait for it)."""
+
 TICK_S = 0.05
 """Cadence of the core's clock input, seconds (heartbeats and the fence are checked)."""
 
@@ -364,6 +368,12 @@ class NodeAgent:
                 self._outbound = outbound
                 writer = asyncio.create_task(self._write_loop(call, outbound), name="agent-write")
                 closer = asyncio.ensure_future(self._close_requested.wait())
+                # Directives are applied in order by a processor; the reader keeps
+                # reading, so a burst of Assigns (each persisted before its task
+                # starts) never delays a HeartbeatAck behind it: a late ack would
+                # make this agent self-fence for nothing.
+                inbox: asyncio.Queue[agent_pb2.CoordinatorMessage] = asyncio.Queue()
+                processor = asyncio.create_task(self._process(inbox), name="agent-directives")
                 try:
                     while True:
                         # Never wait on the stream alone: a CloseSession from the
@@ -390,6 +400,13 @@ class NodeAgent:
                         if body in DOCUMENT_BODIES and self.shared is not None:
                             self.shared.receive(msg)  # shared documents: not the core's
                             continue
+                        if body == "heartbeat_ack":
+                            # Without the lock: the core's step is synchronous (atomic on
+                            # this loop) and an ack yields only notices. Waiting behind
+                            # hundreds of queued task reports would fence a healthy node.
+                            now, wall = self._now(), self._wall_ms()
+                            await self._execute(self.core.on_message(msg, now, wall))
+                            continue
                         if body == "welcome":
                             welcomed = True
                             self._sessions += 1
@@ -401,14 +418,11 @@ class NodeAgent:
                                 msg.welcome.leader_id,
                                 msg.welcome.term,
                             )
-                        async with self._lock:
-                            commands = self.core.on_message(msg, self._now(), self._wall_ms())
-                            closing = any(isinstance(c, CloseSession) for c in commands)
-                            await self._execute(commands)
-                        if closing:
-                            reason = "closed by the agent"
-                            break
+                        inbox.put_nowait(msg)
                 finally:
+                    processor.cancel()
+                    with contextlib.suppress(asyncio.CancelledError, Exception):
+                        await processor
                     closer.cancel()
                     writer.cancel()
                     with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -429,6 +443,41 @@ class NodeAgent:
             async with self._lock:
                 await self._execute(self.core.on_session_closed(self._now(), reason))
         return welcomed
+
+    async def _process(self, inbox: asyncio.Queue[agent_pb2.CoordinatorMessage]) -> None:
+        """Apply the leader's messages in order (a CloseSession ends the reader).
+
+        Messages that arrived together are stepped through the core together and
+        their metas written in one group commit (one fsync) before any task of
+        them starts: after a node dies its tasks arrive here by the hundred.
+        """
+        while True:
+            batch = [await inbox.get()]
+            while not inbox.empty() and len(batch) < DIRECTIVE_BATCH:
+                batch.append(inbox.get_nowait())
+            async with self._lock:
+                commands: list[Command] = []
+                for msg in batch:
+                    commands += self.core.on_message(msg, self._now(), self._wall_ms())
+                await self._execute_batch(commands)
+
+    async def _execute_batch(self, commands: list[Command]) -> None:
+        """``_execute``, with every PersistMeta hoisted into one concurrent write.
+
+        Persisting a task's meta earlier than its place in the list is safe (it
+        only has to precede that task's later commands); the last meta of a task
+        wins, as in order. With a ForgetTask in the list, order is kept as is.
+        """
+        metas = [c for c in commands if isinstance(c, PersistMeta)]
+        if len(metas) < 2 or any(isinstance(c, ForgetTask) for c in commands):
+            await self._execute(commands)
+            return
+        assert self._store is not None
+        last = {c.task_id: c for c in metas}
+        await asyncio.gather(
+            *(self._store.aio.put_meta(c.task_id, c.meta.encode()) for c in last.values())
+        )
+        await self._execute([c for c in commands if not isinstance(c, PersistMeta)])
 
     async def _write_loop(self, call: Any, queue: asyncio.Queue[agent_pb2.AgentMessage]) -> None:
         while True:
@@ -674,12 +723,14 @@ class NodeAgent:
             )
         else:
             _log.info("task %s started at epoch %d", task_id, epoch, extra={"lazarus": fields})
-        async with self._lock:
-            await self._execute(self.core.task_started(task_id, epoch, started, self._wall_ms()))
+        # Lock-free like progress: it only queues a Started update (a Send), and a
+        # burst of restores must not queue hundreds of waiters ahead of the clock.
+        await self._execute(self.core.task_started(task_id, epoch, started, self._wall_ms()))
 
     async def progress(self, task_id: str, epoch: int, **fields: Any) -> None:
-        async with self._lock:
-            await self._execute(self.core.task_progress(task_id, epoch, **fields))
+        # task_progress only updates the core's view (it returns no commands); a
+        # synchronous call is atomic here, so it need not queue for the lock.
+        await self._execute(self.core.task_progress(task_id, epoch, **fields))
 
     async def finished(
         self,

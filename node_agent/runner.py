@@ -76,6 +76,11 @@ _log = logging.getLogger("lazarus.agent.runner")
 
 JSON = "application/json"
 
+RESTORE_CONCURRENCY = 32
+"""Restores (Redis claim + read, local adopt) in flight at once: hundreds of tasks
+moved here together would otherwise starve the event loop, and with it the
+heartbeats, until this node self-fences for nothing."""
+
 MAX_RESULT_BYTES = 512 * 1024
 """Largest result: it lives in the task's etcd record (etcd refuses over 1.5 MiB,
 and the payload, at most 256 KiB, shares the record)."""
@@ -238,6 +243,7 @@ class TaskRunner:
         self.flush_timeout_s = flush_timeout_s
         self.shared = shared
         self._runs: dict[str, _Run] = {}
+        self._restoring = asyncio.Semaphore(RESTORE_CONCURRENCY)
         self._pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="lazarus-task")
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -285,7 +291,8 @@ class TaskRunner:
                 return
             assert handler is not None
             payload = self._decode_payload(assign.spec)
-            restored, started = await self._restore(run, assign)
+            async with self._restoring:  # a burst of moved tasks restores a few at a time
+                restored, started = await self._restore(run, assign)
             if run.cancelled.is_set():
                 return
             await self.reporter.started(run.task_id, run.epoch, started)

@@ -65,6 +65,8 @@ bench: setup  ## run the benchmarks, write bench/results/*.json and bench/README
 	$(PY) bench/checkpoint_bench.py
 	$(PY) bench/failover_bench.py
 	$(PY) bench/heartbeat_bench.py
+	$(PY) bench/recovery_bench.py
+	$(PY) bench/reconcile_bench.py
 
 lock: ## re-resolve dependencies from pyproject ranges into requirements/constraints.txt
 	rm -rf .lock-venv && $(PYTHON) -m venv .lock-venv

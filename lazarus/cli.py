@@ -202,7 +202,7 @@ def drill(
         )
     scenarios = list(SCENARIOS) if scenario == "all" else [scenario]
     console = Console(stderr=json_output, width=None if sys.stdout.isatty() else 130)
-    root = run_dir or Path(tempfile.mkdtemp(prefix="lazarus-drill-"))
+    root = (run_dir or Path(tempfile.mkdtemp(prefix="lazarus-drill-"))).resolve()
     root.mkdir(parents=True, exist_ok=True)
     if coordinators:
         from lazarus.drill_remote import KubectlInjector, RemoteCluster, run_remote_drills

@@ -182,7 +182,7 @@ class LocalCluster:
             raise ValueError(f"agents: must be >= 0, got {agents}")
         if etcd_members not in (1, 3):
             raise ValueError(f"etcd_members: must be 1 or 3, got {etcd_members}")
-        self.run_dir = Path(run_dir)
+        self.run_dir = Path(run_dir).resolve()  # children chdir; relative paths would break
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.cluster = cluster
         self.n_coordinators = coordinators

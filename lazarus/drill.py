@@ -353,11 +353,18 @@ class _Drill:
         return None
 
     async def _busiest_agent(self, exclude: set[str]) -> ChildProcess:
-        counts: dict[str, int] = {}
-        for t in await self.cluster.list_tasks():
-            if t.state == records_pb2.TASK_STATE_RUNNING:
-                counts[t.owner_node_id] = counts.get(t.owner_node_id, 0) + 1
+        """The live agent running most of the workload (waits up to 10 s for one to run any)."""
         live = [a for a in self.cluster.agents if a.alive and a.name not in exclude]
+        counts: dict[str, int] = {}
+        deadline = time.monotonic() + 10.0
+        while time.monotonic() < deadline:
+            counts = {}
+            for t in await self.cluster.list_tasks():
+                if t.state == records_pb2.TASK_STATE_RUNNING:
+                    counts[t.owner_node_id] = counts.get(t.owner_node_id, 0) + 1
+            if any(counts.get(a.name, 0) for a in live):
+                break
+            await asyncio.sleep(0.2)
         return max(live, key=lambda a: counts.get(a.name, 0))
 
     # -- the faults --------------------------------------------------------

@@ -416,6 +416,12 @@ async def test_a_zombies_crdt_task_state_merges_into_the_current_owners_state(
                 if value == want:
                     break
         client.close()
+        zombie_log_path = run_dir / "agent-0.log"
+        deadline = time.monotonic() + 15.0  # the zombie's revoke can come after convergence
+        while time.monotonic() < deadline:
+            if "crdt_state_merged" in zombie_log_path.read_text(errors="replace"):
+                break
+            await asyncio.sleep(0.3)
         for child in cluster.agents:
             child.terminate(10.0)
         owner = read_replicas(run_dir / "agent-1").get(doc_id)

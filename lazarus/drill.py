@@ -34,6 +34,7 @@ import json
 import os
 import re
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -239,6 +240,9 @@ class _Drill:
         self.lines = lines
         self.work_ms = work_ms
         self.round = 0
+        # Request ids must be new in every run: SubmitTask is idempotent on them,
+        # and a repeated id would hand back the tasks of an earlier run, finished.
+        self.token = uuid.uuid4().hex[:8]
 
     async def run(self, scenario: str) -> DrillResult:
         c = self.cluster
@@ -255,7 +259,9 @@ class _Drill:
         by_id: dict[str, dict[str, Any]] = {}
         for i, payload in enumerate(payloads):
             record = await c.submit(
-                f"drill-{self.round}-{scenario}-{i}", "textstats", json.dumps(payload).encode()
+                f"drill-{self.token}-{self.round}-{scenario}-{i}",
+                "textstats",
+                json.dumps(payload).encode(),
             )
             by_id[record.task_id] = payload
         await asyncio.sleep(1.5)

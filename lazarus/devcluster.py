@@ -34,7 +34,7 @@ import grpc.aio
 from lazarus.localservers import EtcdCluster, EtcdServer, RedisServer, free_loopback_ports
 from lazarus.v1 import coordinator_pb2, coordinator_pb2_grpc, records_pb2
 
-__all__ = ["ChildProcess", "LocalCluster"]
+__all__ = ["ChildProcess", "ClusterApi", "LocalCluster"]
 
 LAZARUS_BIN = str(Path(sys.executable).parent / "lazarus")
 """The ``lazarus`` script next to this interpreter."""
@@ -142,7 +142,77 @@ class ChildProcess:
         return "\n".join(text[-lines:])
 
 
-class LocalCluster:
+class ClusterApi:
+    """The CoordinatorService calls a harness needs, over whichever replicas answer.
+
+    Subclasses say where the replicas are (``api_addresses``).
+    """
+
+    def api_addresses(self) -> list[str]:
+        """host:port of the replicas to try, in order."""
+        raise NotImplementedError
+
+    async def call(self, method: str, request: Any, *, timeout_s: float = 5.0) -> Any:
+        """Call a CoordinatorService RPC on the first replica that answers.
+
+        UNAVAILABLE and DEADLINE_EXCEEDED move on to the next replica.
+
+        Raises:
+            grpc.aio.AioRpcError: every replica failed; the last error.
+            RuntimeError: there is no replica to try.
+        """
+        last: grpc.aio.AioRpcError | None = None
+        for address in self.api_addresses():
+            async with grpc.aio.insecure_channel(address) as channel:
+                stub = coordinator_pb2_grpc.CoordinatorServiceStub(channel)  # type: ignore[no-untyped-call]
+                try:
+                    return await getattr(stub, method)(request, timeout=timeout_s)
+                except grpc.aio.AioRpcError as exc:
+                    last = exc
+                    if exc.code() not in (
+                        grpc.StatusCode.UNAVAILABLE,
+                        grpc.StatusCode.DEADLINE_EXCEEDED,
+                    ):
+                        raise
+        if last is not None:
+            raise last
+        raise RuntimeError("no coordinator is running")
+
+    async def list_nodes(self) -> list[records_pb2.NodeRecord]:
+        """Every node record (one page of up to 1,000)."""
+        reply = await self.call("ListNodes", coordinator_pb2.ListNodesRequest(page_size=1000))
+        return [info.record for info in reply.nodes]
+
+    async def list_tasks(self) -> list[records_pb2.TaskRecord]:
+        """Every task record, all pages."""
+        tasks: list[records_pb2.TaskRecord] = []
+        token = ""
+        while True:
+            reply = await self.call(
+                "ListTasks", coordinator_pb2.ListTasksRequest(page_size=1000, page_token=token)
+            )
+            tasks.extend(reply.tasks)
+            token = reply.next_page_token
+            if not token:
+                return tasks
+
+    async def submit(
+        self, request_id: str, kind: str, payload: bytes, **spec: Any
+    ) -> records_pb2.TaskRecord:
+        """Submit a task (idempotent on ``request_id``); returns its record."""
+        reply = await self.call(
+            "SubmitTask",
+            coordinator_pb2.SubmitTaskRequest(
+                request_id=request_id,
+                spec=records_pb2.TaskSpec(
+                    kind=kind, payload=payload, content_type="application/json", **spec
+                ),
+            ),
+        )
+        return reply.task  # type: ignore[no-any-return]
+
+
+class LocalCluster(ClusterApi):
     """etcd + Redis + ``coordinators`` coordinators + ``agents`` node agents on loopback.
 
     Args:
@@ -346,30 +416,13 @@ class LocalCluster:
         address = self.coordinator_addresses[index or 0]
         return grpc.aio.insecure_channel(address)
 
-    async def call(self, method: str, request: Any, *, timeout_s: float = 5.0) -> Any:
-        """Call a CoordinatorService RPC on any live replica, trying each in turn.
-
-        Raises:
-            grpc.aio.AioRpcError: every replica failed; the last error.
-        """
-        last: grpc.aio.AioRpcError | None = None
-        for index, child in enumerate(self.coordinators):
-            if not child.alive:
-                continue
-            async with self.channel(index) as channel:
-                stub = coordinator_pb2_grpc.CoordinatorServiceStub(channel)  # type: ignore[no-untyped-call]
-                try:
-                    return await getattr(stub, method)(request, timeout=timeout_s)
-                except grpc.aio.AioRpcError as exc:
-                    last = exc
-                    if exc.code() not in (
-                        grpc.StatusCode.UNAVAILABLE,
-                        grpc.StatusCode.DEADLINE_EXCEEDED,
-                    ):
-                        raise
-        if last is not None:
-            raise last
-        raise RuntimeError("no coordinator is running")
+    def api_addresses(self) -> list[str]:
+        """Addresses of the coordinators running now."""
+        return [
+            address
+            for address, child in zip(self.coordinator_addresses, self.coordinators, strict=True)
+            if child.alive
+        ]
 
     async def ready(self, timeout_s: float = 30.0) -> None:
         """Wait until a leader serves and every running agent is ALIVE.
@@ -418,36 +471,3 @@ class LocalCluster:
                             return i, leader_id
             await asyncio.sleep(0.1)  # between leaders
         raise RuntimeError(f"no live replica leads (last answer: leader {leader_id!r})")
-
-    async def list_nodes(self) -> list[records_pb2.NodeRecord]:
-        """Every node record (one page of up to 1,000)."""
-        reply = await self.call("ListNodes", coordinator_pb2.ListNodesRequest(page_size=1000))
-        return [info.record for info in reply.nodes]
-
-    async def list_tasks(self) -> list[records_pb2.TaskRecord]:
-        """Every task record, all pages."""
-        tasks: list[records_pb2.TaskRecord] = []
-        token = ""
-        while True:
-            reply = await self.call(
-                "ListTasks", coordinator_pb2.ListTasksRequest(page_size=1000, page_token=token)
-            )
-            tasks.extend(reply.tasks)
-            token = reply.next_page_token
-            if not token:
-                return tasks
-
-    async def submit(
-        self, request_id: str, kind: str, payload: bytes, **spec: Any
-    ) -> records_pb2.TaskRecord:
-        """Submit a task (idempotent on ``request_id``); returns its record."""
-        reply = await self.call(
-            "SubmitTask",
-            coordinator_pb2.SubmitTaskRequest(
-                request_id=request_id,
-                spec=records_pb2.TaskSpec(
-                    kind=kind, payload=payload, content_type="application/json", **spec
-                ),
-            ),
-        )
-        return reply.task  # type: ignore[no-any-return]

@@ -22,13 +22,13 @@ import re
 import subprocess
 import time
 from collections.abc import Sequence
-from typing import Any
 
 import grpc
 import grpc.aio
 from google.protobuf.json_format import MessageToDict
 from rich.console import Console
 
+from lazarus.devcluster import ClusterApi
 from lazarus.drill import DrillResult, _Drill
 from lazarus.v1 import coordinator_pb2, coordinator_pb2_grpc, records_pb2
 
@@ -72,7 +72,7 @@ class KubectlInjector:
             raise RuntimeError(f"kubectl could not delete pod {pod}: {proc.stderr.strip()}")
 
 
-class RemoteCluster:
+class RemoteCluster(ClusterApi):
     """A cluster reached through its coordinator addresses (the API a drill needs)."""
 
     def __init__(self, addresses: Sequence[str]) -> None:
@@ -82,23 +82,8 @@ class RemoteCluster:
         self.events: list[tuple[float, str, dict[str, str]]] = []
         self._watch: asyncio.Task[None] | None = None
 
-    async def call(self, method: str, request: Any, *, timeout_s: float = 5.0) -> Any:
-        """Call an RPC on the first replica that answers (UNAVAILABLE moves on)."""
-        last: grpc.aio.AioRpcError | None = None
-        for address in self.addresses:
-            async with grpc.aio.insecure_channel(address) as channel:
-                stub = coordinator_pb2_grpc.CoordinatorServiceStub(channel)  # type: ignore[no-untyped-call]
-                try:
-                    return await getattr(stub, method)(request, timeout=timeout_s)
-                except grpc.aio.AioRpcError as exc:
-                    last = exc
-                    if exc.code() not in (
-                        grpc.StatusCode.UNAVAILABLE,
-                        grpc.StatusCode.DEADLINE_EXCEEDED,
-                    ):
-                        raise
-        assert last is not None
-        raise last
+    def api_addresses(self) -> list[str]:
+        return self.addresses
 
     async def ready(self, timeout_s: float = 30.0) -> None:
         """Wait until a leader answers and at least two nodes are ALIVE."""
@@ -110,36 +95,6 @@ class RemoteCluster:
                     return
             await asyncio.sleep(0.5)
         raise TimeoutError(f"no leader with two ALIVE nodes at {self.addresses} in {timeout_s} s")
-
-    async def list_nodes(self) -> list[records_pb2.NodeRecord]:
-        reply = await self.call("ListNodes", coordinator_pb2.ListNodesRequest(page_size=1000))
-        return [info.record for info in reply.nodes]
-
-    async def list_tasks(self) -> list[records_pb2.TaskRecord]:
-        tasks: list[records_pb2.TaskRecord] = []
-        token = ""
-        while True:
-            reply = await self.call(
-                "ListTasks", coordinator_pb2.ListTasksRequest(page_size=1000, page_token=token)
-            )
-            tasks.extend(reply.tasks)
-            token = reply.next_page_token
-            if not token:
-                return tasks
-
-    async def submit(
-        self, request_id: str, kind: str, payload: bytes, **spec: Any
-    ) -> records_pb2.TaskRecord:
-        reply = await self.call(
-            "SubmitTask",
-            coordinator_pb2.SubmitTaskRequest(
-                request_id=request_id,
-                spec=records_pb2.TaskSpec(
-                    kind=kind, payload=payload, content_type="application/json", **spec
-                ),
-            ),
-        )
-        return reply.task  # type: ignore[no-any-return]
 
     async def leader(self) -> tuple[int, str]:
         """(-1, leader member id) as the cluster reports it."""

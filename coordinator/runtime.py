@@ -428,13 +428,29 @@ class CoordinatorRuntime:
         Returns:
             False when this replica is not leading (the event was not fed).
         """
-        if not self.leading:
-            return False
+        return await asyncio.shield(self.enqueue(event))
+
+    def enqueue(self, event: Event) -> asyncio.Future[bool]:
+        """Queue ``event`` for the next group commit without waiting for it.
+
+        Events are stepped in the order they were queued, so a Session reader
+        can queue a stream's messages one after another and only then wait
+        (pipelining): a burst of 500 task updates then shares a few etcd
+        transactions, and the heartbeat behind them is acked with them, instead
+        of each message waiting for the previous one's transaction.
+
+        Returns:
+            A future resolved (True) once the event was stepped and its commands
+            run, or False at once / later when this replica does not lead.
+        """
         future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        if not self.leading:
+            future.set_result(False)
+            return future
         self._feed_queue.append((event, future))
         if self._drainer is None or self._drainer.done():
             self._drainer = asyncio.create_task(self._drain(), name="coordinator-steps")
-        return await asyncio.shield(future)
+        return future
 
     async def _drain(self) -> None:
         """Group commit: step every queued event, persist their records together, then act.

@@ -27,8 +27,10 @@ one is given, with the stream's channel; it is told when the stream ends.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import dataclasses
+import functools
 import logging
 from collections.abc import AsyncIterator
 from typing import Any
@@ -58,6 +60,9 @@ SERVICE_NAME = "lazarus.v1.AgentService"
 
 SUPPORTED_PROTOCOL_VERSIONS = frozenset({0, 1})
 """Hello.protocol_version values accepted (0: an agent that does not say)."""
+
+MAX_IN_FLIGHT = 1024
+"""Messages of one stream queued on the runtime and not yet stepped, at most."""
 
 NOT_LEADER_RETRY_AFTER_MS = 200
 """NotLeader.retry_after_ms: when to dial the leader (or retry here)."""
@@ -156,7 +161,16 @@ class AgentSessionService:
         await context.abort(grpc.StatusCode.UNAVAILABLE, f"not the leader; {where}")
 
     async def _read(self, requests: AsyncIterator[bytes], channel: Channel) -> None:
+        """Parse and queue the stream's messages, pipelined.
+
+        Each message is queued on the runtime (``CoordinatorRuntime.enqueue``)
+        in stream order without waiting for the previous one's group commit;
+        at most ``MAX_IN_FLIGHT`` wait at once (back-pressure on the stream).
+        A message found to have been queued on a replica that no longer leads
+        ends the stream with UNAVAILABLE.
+        """
         incoming = aiter(requests)
+        pending: collections.deque[asyncio.Future[bool]] = collections.deque()
         while True:
             try:
                 raw = await anext(incoming)
@@ -168,21 +182,34 @@ class AgentSessionService:
                 _log.info("session %s: stream broke: %s", channel.session_id, exc)
                 break
             try:
-                problem = await self._receive(channel, raw)
+                outcome = await self._receive(channel, raw)
             except asyncio.CancelledError:
                 raise
             except Exception:  # a bug in the shell or the core: end this stream only
                 _log.exception("session %s: handling a message failed", channel.session_id)
                 channel.close(grpc.StatusCode.INTERNAL, "internal error; reconnect")
                 return
-            if problem is not None:
-                code, reason = problem
+            if isinstance(outcome, asyncio.Future):
+                pending.append(outcome)
+                if len(pending) >= MAX_IN_FLIGHT:
+                    await asyncio.shield(pending[0])
+                outcome = None
+                while pending and pending[0].done() and outcome is None:
+                    outcome = _outcome(pending.popleft(), channel)
+            if outcome is not None:
+                code, reason = outcome
                 _log.info("session %s (%r): %s", channel.session_id, channel.node_id, reason)
                 channel.close(code, reason)
                 return
+        for future in pending:  # let their acks and replies out before the stream ends
+            with contextlib.suppress(Exception):
+                await asyncio.shield(future)
         channel.end()
 
-    async def _receive(self, channel: Channel, raw: bytes) -> tuple[grpc.StatusCode, str] | None:
+    async def _receive(
+        self, channel: Channel, raw: bytes
+    ) -> tuple[grpc.StatusCode, str] | asyncio.Future[bool] | None:
+        """One message: a refusal (status, reason), the queued event's future, or None."""
         invalid = grpc.StatusCode.INVALID_ARGUMENT
         try:
             message = agent_pb2.AgentMessage.FromString(raw)
@@ -213,13 +240,12 @@ class AgentSessionService:
             else:
                 channel.hello_seen = True
                 channel.node_id = hello.node_id
-            fed = await runtime.feed(opened)
+            fed = runtime.enqueue(opened)
         elif which == "heartbeat":
             channel.remember_heartbeat(message.heartbeat)
             event = convert.heartbeat_to_event(sid, channel.node_id, message.heartbeat, 0.0)
-            fed = await runtime.feed(event)
-            if fed:
-                runtime.observer.heartbeat_received(channel.node_id, runtime.now_s())
+            fed = runtime.enqueue(event)
+            fed.add_done_callback(functools.partial(self._heartbeat_stepped, channel.node_id))
         elif which == "task_update":
             try:
                 update = convert.task_update_to_event(
@@ -227,7 +253,7 @@ class AgentSessionService:
                 )
             except convert.UnknownChange as exc:
                 return invalid, str(exc)
-            fed = await runtime.feed(update)
+            fed = runtime.enqueue(update)
         elif which == "lineage_report":
             try:
                 lineage = convert.lineage_report_to_event(
@@ -235,10 +261,10 @@ class AgentSessionService:
                 )
             except ValueError as exc:
                 return invalid, str(exc)
-            fed = await runtime.feed(lineage)
+            fed = runtime.enqueue(lineage)
         elif which == "goodbye":
             bye = message.goodbye
-            fed = await runtime.feed(
+            fed = runtime.enqueue(
                 GoodbyeReceived(
                     session_id=sid,
                     node_id=channel.node_id,
@@ -253,9 +279,28 @@ class AgentSessionService:
         else:
             _log.debug("session %s: %s not handled yet, ignored", sid, which)
             return None
-        if not fed:
-            return grpc.StatusCode.UNAVAILABLE, "this coordinator is no longer leader"
-        return None
+        return fed
+
+    def _heartbeat_stepped(self, node_id: str, future: asyncio.Future[bool]) -> None:
+        if not future.cancelled() and future.exception() is None and future.result():
+            self._runtime.observer.heartbeat_received(node_id, self._runtime.now_s())
+
+
+def _outcome(future: asyncio.Future[bool], channel: Channel) -> tuple[grpc.StatusCode, str] | None:
+    """What a stepped message means for its stream: None (go on) or a closing status."""
+    if future.cancelled():
+        return grpc.StatusCode.UNAVAILABLE, "this coordinator is no longer leader"
+    exc = future.exception()
+    if exc is not None:  # a bug in the core: end this stream only
+        _log.error(
+            "session %s: stepping a message failed",
+            channel.session_id,
+            exc_info=(type(exc), exc, exc.__traceback__),
+        )
+        return grpc.StatusCode.INTERNAL, "internal error; reconnect"
+    if not future.result():
+        return grpc.StatusCode.UNAVAILABLE, "this coordinator is no longer leader"
+    return None
 
 
 def add_agent_service(

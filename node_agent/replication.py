@@ -66,6 +66,7 @@ __all__ = [
     "REPLICATE_LUA",
     "RETRYABLE_ERRORS",
     "CheckpointReplica",
+    "ClaimBatcher",
     "Outcome",
     "RedisCheckpointReplica",
     "RemoteState",
@@ -104,11 +105,13 @@ RETRYABLE_ERRORS: tuple[type[BaseException], ...] = (
 REPLICATE_LUA = r"""
 -- KEYS: 1 head (hash), 2 ckpt (string), 3 journal (zset seq -> record),
 --       4 jepoch (hash seq -> epoch)
--- ARGV: op ('write' | 'claim'), epoch, node_id, now_ms,
+-- ARGV: op ('write' | 'claim' | 'claim_load'), epoch, node_id, now_ms,
 --       [write] n_events, n x (seq, epoch, record), has_ckpt ('0'|'1'),
 --               [has_ckpt] ckpt_seq, ckpt_epoch, covers, record
 -- Numbers arrive as canonical decimal strings and are stored as given (no
--- tostring of a double). Reply: {status, current_epoch} as strings.
+-- tostring of a double). Reply: {status, current_epoch} as strings; 'claim_load'
+-- (not STALE) appends the state read after the claim, in the same atomic call:
+-- HGETALL head (flat), GET ckpt (false when none), ZRANGE journal 0 -1.
 local head, ckpt, journal, jepoch = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local op, epoch_s, node_id, now_ms = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local epoch = tonumber(epoch_s)
@@ -119,7 +122,8 @@ if epoch < head_epoch then
 end
 local raised = epoch > head_epoch
 
-if op == 'claim' then
+if op == 'claim' or op == 'claim_load' then
+  local status = 'DUPLICATE'
   if raised then
     -- Remember where the new epoch's lineage starts: a fenced owner's records
     -- after this point are divergent (kept as a fork, DESIGN.md section 7).
@@ -127,9 +131,13 @@ if op == 'claim' then
                  (redis.call('HGET', head, 'ckpt_seq') or '0')
     redis.call('HSET', head, 'epoch', epoch_s, 'node_id', node_id, 'updated_ms', now_ms,
                'base:' .. epoch_s, base)
-    return {'OK', epoch_s}
+    status = 'OK'
   end
-  return {'DUPLICATE', epoch_s}
+  if op == 'claim' then
+    return {status, epoch_s}
+  end
+  return {status, epoch_s, redis.call('HGETALL', head), redis.call('GET', ckpt),
+          redis.call('ZRANGE', journal, 0, -1)}
 end
 if op ~= 'write' then
   return redis.error_reply('unknown op ' .. tostring(op))
@@ -508,6 +516,60 @@ class RedisCheckpointReplica:
         )
         return _parse_reply(reply)
 
+    async def claim_load_many(
+        self, requests: Sequence[tuple[str, int, str]]
+    ) -> list[tuple[ReplicationResult, RemoteState | None] | Exception]:
+        """:meth:`claim` then :meth:`load` for many tasks, in one round trip.
+
+        Each task's claim and read are one script call, so atomic (nothing can
+        land between them); the calls go in one non-transactional pipeline, so
+        Redis Cluster splits them by slot like the replicator's writes.
+
+        Args:
+            requests: ``(task_id, epoch, node_id)`` per task, validated as in :meth:`claim`.
+
+        Returns:
+            Per request, in order: the claim's result and the state read after
+            it (None when Redis holds nothing of the task, or on STALE), or the
+            exception of that task alone (e.g. :class:`CorruptedRecord`).
+
+        Raises:
+            InvalidArgument: a malformed request (nothing is sent).
+            redis.exceptions.RedisError: Redis unreachable or failing as a whole.
+        """
+        for task_id, epoch, _node in requests:
+            _check_id("task_id", task_id)
+            _check_int("epoch", epoch, 1)
+        now = str(self._now_ms())
+        async with self._client.pipeline(transaction=False) as pipe:
+            for task_id, epoch, node_id in requests:
+                await self._script(
+                    keys=self.keys(task_id),
+                    args=["claim_load", str(epoch), node_id, now],
+                    client=pipe,
+                )
+            replies = await pipe.execute(raise_on_error=False)
+        out: list[tuple[ReplicationResult, RemoteState | None] | Exception] = []
+        for (task_id, _epoch, _node), reply in zip(requests, replies, strict=True):
+            if isinstance(reply, Exception):
+                out.append(reply)
+                continue
+            try:
+                result = _parse_reply(reply[:2] if isinstance(reply, list) else reply)
+                state = None
+                if result.outcome is not Outcome.STALE:
+                    if len(reply) != 5:
+                        raise redis.exceptions.ResponseError(
+                            f"unexpected claim_load reply of {len(reply)} parts"
+                        )
+                    head_flat = reply[2]
+                    head_raw = dict(zip(head_flat[0::2], head_flat[1::2], strict=True))
+                    state = _remote_state(task_id, head_raw, reply[3], reply[4])
+                out.append((result, state))
+            except (ValueError, redis.exceptions.ResponseError, CorruptedRecord) as exc:
+                out.append(exc)
+        return out
+
     async def lineage_bases(self, task_id: str) -> dict[int, tuple[int, int]]:
         """Where each claimed epoch's lineage started: epoch -> (journal seq, checkpoint seq).
 
@@ -550,40 +612,47 @@ class RedisCheckpointReplica:
             pipe.get(ckpt_key)
             pipe.zrange(journal_key, 0, -1)
             head_raw, ckpt_raw, journal_raw = await pipe.execute()
-        if not head_raw and ckpt_raw is None and not journal_raw:
-            return None
-        head = {_text(k): _text(v) for k, v in head_raw.items()}
+        return _remote_state(task_id, head_raw, ckpt_raw, journal_raw)
 
-        def num(name: str) -> int:
-            return int(head.get(name, "0") or "0")
 
-        checkpoint: records_pb2.CheckpointRecord | None = None
-        if ckpt_raw is not None:
-            checkpoint = records_pb2.CheckpointRecord()
-            try:
-                checkpoint.ParseFromString(ckpt_raw)
-            except Exception as e:
-                raise CorruptedRecord(f"replicated checkpoint of {task_id!r}", str(e)) from e
-        events: list[records_pb2.JournalEventRecord] = []
-        for k, raw in enumerate(journal_raw):
-            ev = records_pb2.JournalEventRecord()
-            try:
-                ev.ParseFromString(raw)
-            except Exception as e:
-                raise CorruptedRecord(f"replicated journal event {k} of {task_id!r}", str(e)) from e
-            events.append(ev)
-        return RemoteState(
-            task_id=task_id,
-            epoch=num("epoch"),
-            ckpt_seq=num("ckpt_seq"),
-            ckpt_epoch=num("ckpt_epoch"),
-            covers_journal_seq=num("covers"),
-            journal_seq=num("journal_seq"),
-            node_id=head.get("node_id", ""),
-            updated_unix_ms=num("updated_ms"),
-            checkpoint=checkpoint,
-            events=tuple(events),
-        )
+def _remote_state(
+    task_id: str, head_raw: dict[Any, Any], ckpt_raw: bytes | None, journal_raw: list[bytes]
+) -> RemoteState | None:
+    """Parse a task's head hash, checkpoint and journal as read from Redis."""
+    if not head_raw and ckpt_raw is None and not journal_raw:
+        return None
+    head = {_text(k): _text(v) for k, v in head_raw.items()}
+
+    def num(name: str) -> int:
+        return int(head.get(name, "0") or "0")
+
+    checkpoint: records_pb2.CheckpointRecord | None = None
+    if ckpt_raw is not None:
+        checkpoint = records_pb2.CheckpointRecord()
+        try:
+            checkpoint.ParseFromString(ckpt_raw)
+        except Exception as e:
+            raise CorruptedRecord(f"replicated checkpoint of {task_id!r}", str(e)) from e
+    events: list[records_pb2.JournalEventRecord] = []
+    for k, raw in enumerate(journal_raw):
+        ev = records_pb2.JournalEventRecord()
+        try:
+            ev.ParseFromString(raw)
+        except Exception as e:
+            raise CorruptedRecord(f"replicated journal event {k} of {task_id!r}", str(e)) from e
+        events.append(ev)
+    return RemoteState(
+        task_id=task_id,
+        epoch=num("epoch"),
+        ckpt_seq=num("ckpt_seq"),
+        ckpt_epoch=num("ckpt_epoch"),
+        covers_journal_seq=num("covers"),
+        journal_seq=num("journal_seq"),
+        node_id=head.get("node_id", ""),
+        updated_unix_ms=num("updated_ms"),
+        checkpoint=checkpoint,
+        events=tuple(events),
+    )
 
 
 # ---------------------------------------------------------------- coalescing
@@ -609,6 +678,74 @@ def absorbs(newer: ReplicationItem, older: ReplicationItem) -> bool:
 
 
 # ---------------------------------------------------------------- replicator
+
+
+_Claimed = tuple[ReplicationResult, RemoteState | None]
+
+
+class ClaimBatcher:
+    """Coalesces the claims (claim + read) of restores that run together.
+
+    A node that takes over hundreds of tasks at once restores them
+    concurrently; each restore awaits :meth:`claim_load`, and the requests
+    queued while one round trip is in flight go together in the next
+    (:meth:`RedisCheckpointReplica.claim_load_many`, at most ``max_batch`` per
+    round trip). Group commit, as the Replicator does for writes: one round
+    trip and one pipeline instead of two per task.
+
+    Args:
+        replica: the Redis replica.
+        max_batch: requests per round trip, >= 1.
+    """
+
+    def __init__(self, replica: RedisCheckpointReplica, max_batch: int = 128) -> None:
+        if max_batch < 1:
+            raise InvalidArgument("max_batch", f"{max_batch} < 1")
+        self._replica = replica
+        self._max_batch = max_batch
+        self._queue: list[tuple[tuple[str, int, str], asyncio.Future[_Claimed]]] = []
+        self._flusher: asyncio.Task[None] | None = None
+
+    async def claim_load(
+        self, task_id: str, epoch: int, node_id: str
+    ) -> tuple[ReplicationResult, RemoteState | None]:
+        """Claim ``task_id`` at ``epoch`` and read its state; see ``claim_load_many``.
+
+        Raises:
+            InvalidArgument: empty task_id, epoch < 1.
+            CorruptedRecord: a stored record of this task does not parse.
+            redis.exceptions.RedisError: Redis unreachable or failing.
+        """
+        _check_id("task_id", task_id)
+        _check_int("epoch", epoch, 1)
+        future: asyncio.Future[_Claimed] = asyncio.get_running_loop().create_future()
+        self._queue.append(((task_id, epoch, node_id), future))
+        if self._flusher is None or self._flusher.done():
+            self._flusher = asyncio.create_task(self._flush(), name="lazarus-claims")
+        return await future
+
+    async def _flush(self) -> None:
+        await asyncio.sleep(0)  # let the rest of this wave of restores queue up
+        while self._queue:
+            batch = self._queue[: self._max_batch]
+            del self._queue[: self._max_batch]
+            live = [(req, fut) for req, fut in batch if not fut.done()]
+            if not live:
+                continue
+            try:
+                replies = await self._replica.claim_load_many([req for req, _ in live])
+            except Exception as exc:  # the whole round trip failed: each caller retries
+                for _, fut in live:
+                    if not fut.done():
+                        fut.set_exception(exc)
+                continue
+            for (_, fut), reply in zip(live, replies, strict=True):
+                if fut.done():
+                    continue
+                if isinstance(reply, Exception):
+                    fut.set_exception(reply)
+                else:
+                    fut.set_result(reply)
 
 
 class ReplicatorClosed(RuntimeError):

@@ -51,6 +51,7 @@ from node_agent.checkpoint import (
 )
 from node_agent.metrics import AgentMetrics
 from node_agent.replication import (
+    ClaimBatcher,
     Outcome,
     RedisCheckpointReplica,
     RemoteState,
@@ -76,10 +77,11 @@ _log = logging.getLogger("lazarus.agent.runner")
 
 JSON = "application/json"
 
-RESTORE_CONCURRENCY = 32
+RESTORE_CONCURRENCY = 128
 """Restores (Redis claim + read, local adopt) in flight at once: hundreds of tasks
 moved here together would otherwise starve the event loop, and with it the
-heartbeats, until this node self-fences for nothing."""
+heartbeats, until this node self-fences for nothing. Their Redis claims go
+together (``ClaimBatcher``), up to this many per round trip."""
 
 MAX_RESULT_BYTES = 512 * 1024
 """Largest result: it lives in the task's etcd record (etcd refuses over 1.5 MiB,
@@ -244,6 +246,7 @@ class TaskRunner:
         self.shared = shared
         self._runs: dict[str, _Run] = {}
         self._restoring = asyncio.Semaphore(RESTORE_CONCURRENCY)
+        self._claims = ClaimBatcher(replica, max_batch=RESTORE_CONCURRENCY)
         self._pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="lazarus-task")
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -415,7 +418,7 @@ class TaskRunner:
         while not run.cancelled.is_set():
             attempts += 1
             try:
-                claim = await self.replica.claim(task_id, epoch, self.node_id)
+                claim, remote = await self._claims.claim_load(task_id, epoch, self.node_id)
                 if claim.outcome is Outcome.STALE:
                     run.lost = True
                     run.cancelled.set()
@@ -423,7 +426,6 @@ class TaskRunner:
                     raise TaskCancelled(
                         f"task {task_id!r}: Redis is at epoch {claim.current_epoch}"
                     )
-                remote = await self.replica.load(task_id)
                 break
             except (TaskCancelled, asyncio.CancelledError):
                 raise

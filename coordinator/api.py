@@ -65,7 +65,8 @@ import logging
 import time
 import uuid
 import zlib
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import Any, NoReturn, TypeAlias, TypeVar
 
@@ -132,6 +133,46 @@ REDIS_TIMEOUT_S = 5.0
 
 Context: TypeAlias = "grpc.aio.ServicerContext[Any, Any]"
 _T = TypeVar("_T")
+
+
+class _TaskMemo:
+    """Decoded and encoded task records, reused while a record is unchanged.
+
+    A ListTasks decodes every cached record on a follower and encodes the
+    chosen ones; polled every 100 ms over 1,000 tasks that took a tenth of a
+    core, during a recovery too. Records are immutable: a decoded record is
+    reused while its etcd value is the same bytes, an encoded one while the
+    record is the same object (the leader's core replaces a record on change).
+    """
+
+    def __init__(self) -> None:
+        self._decoded: dict[str, tuple[bytes, TaskRecord]] = {}
+        self._encoded: dict[str, tuple[TaskRecord, records_pb2.TaskRecord]] = {}
+
+    def decode(self, name: str, data: bytes) -> TaskRecord:
+        """The record of etcd value ``data``; DecodeError / ValueError when unreadable."""
+        hit = self._decoded.get(name)
+        if hit is not None and (hit[0] is data or hit[0] == data):
+            return hit[1]
+        record = convert.task_record_from_pb(records_pb2.TaskRecord.FromString(data))
+        self._decoded[name] = (data, record)
+        return record
+
+    def encode(self, record: TaskRecord) -> records_pb2.TaskRecord:
+        """``record`` as a message (do not mutate it: it is shared)."""
+        hit = self._encoded.get(record.task_id)
+        if hit is not None and hit[0] is record:
+            return hit[1]
+        message = convert.task_record_to_pb(record)
+        self._encoded[record.task_id] = (record, message)
+        return message
+
+    def prune(self, live: AbstractSet[str] | Mapping[str, bytes]) -> None:
+        """Forget records whose task id is not in ``live``."""
+        for memo in (self._decoded, self._encoded):
+            if len(memo) > len(live) + 64:
+                for name in [n for n in memo if n not in live]:
+                    del memo[name]
 
 
 class _Refused(Exception):
@@ -275,6 +316,7 @@ class CoordinatorApi:
     ) -> None:
         self._runtime = runtime
         self._cache = cache
+        self._task_memo = _TaskMemo()
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._redis_url = redis_url
         self._leader_ids: dict[int, str] = {}  # term -> leader member id (followers)
@@ -562,13 +604,17 @@ class CoordinatorApi:
 
     def _tasks(self) -> list[TaskRecord]:
         if self._runtime.leading:
-            return list(self._runtime.core.snapshot().tasks)
+            tasks = list(self._runtime.core.snapshot().tasks)
+            self._task_memo.prune({t.task_id for t in tasks})
+            return tasks
         out = []
-        for name, data in sorted(self._cache.records(Collection.TASKS).items()):
+        records = self._cache.records(Collection.TASKS)
+        for name, data in sorted(records.items()):
             try:
-                out.append(convert.task_record_from_pb(records_pb2.TaskRecord.FromString(data)))
+                out.append(self._task_memo.decode(name, data))
             except (DecodeError, ValueError) as exc:
                 _log.error("task record %r unreadable: %s", name, exc)
+        self._task_memo.prune(records)
         return out
 
     def _nodes(self) -> list[tuple[NodeRecord, NodeView | None]]:
@@ -654,7 +700,7 @@ class CoordinatorApi:
         ]
         chosen, token = _paginate(matching, lambda t: t.task_id, page, request)
         return coordinator_pb2.ListTasksResponse(
-            tasks=[convert.task_record_to_pb(t) for t in chosen],
+            tasks=[self._task_memo.encode(t) for t in chosen],
             next_page_token=token,
             read_revision=self._cache.revision,
         )

@@ -15,6 +15,7 @@ from redis.backoff import NoBackoff
 from lazarus.localservers import RedisServer
 from lazarus.v1 import records_pb2
 from node_agent.replication import (
+    ClaimBatcher,
     Outcome,
     RedisCheckpointReplica,
     ReplicationItem,
@@ -325,3 +326,73 @@ async def test_outage_loses_nothing_and_lag_recovers(
         await client.aclose()
     records = [r for r in caplog.records if r.name == "lazarus.replication"]
     assert [r.levelno for r in records] == [logging.WARNING, logging.INFO]
+
+
+async def test_claim_load_many_claims_and_reads_each_task_in_one_round_trip(
+    replica: RedisCheckpointReplica, redis_client: redis.asyncio.Redis
+) -> None:
+    """claim_load = claim + load, atomically, for many tasks; one task's trouble stays its own."""
+    async with asyncio.timeout(5):
+        fresh, moved, fenced, corrupt = new_task(), new_task(), new_task(), new_task()
+        await replica.write(
+            item(moved, 1, tuple(ev(moved, s, 1) for s in (1, 2, 3)), ck(moved, 1, 1, 2))
+        )
+        await replica.write(item(fenced, 5, (ev(fenced, 1, 5),)))
+        await replica.write(item(corrupt, 1, (ev(corrupt, 1, 1),), ck(corrupt, 1, 1, 1)))
+        await redis_client.set(task_keys(corrupt, PREFIX)[1], b"\xff\xff not a record")
+        replies = await replica.claim_load_many(
+            [
+                (fresh, 1, "node-b"),
+                (moved, 2, "node-b"),
+                (fenced, 3, "node-b"),
+                (corrupt, 2, "node-b"),
+            ]
+        )
+        assert len(replies) == 4
+        # Redis held nothing of it: the claim created its head, the state is that head.
+        first_result, first_state = replies[0]  # type: ignore[misc]
+        assert first_result == ReplicationResult(Outcome.OK, 1)
+        assert first_state is not None
+        assert first_state.checkpoint is None
+        assert (first_state.epoch, first_state.journal_seq, first_state.events) == (1, 0, ())
+        result, state = replies[1]  # type: ignore[misc]
+        assert result == ReplicationResult(Outcome.OK, 2)
+        assert state == await replica.load(moved)
+        assert state is not None
+        assert state.epoch == 2
+        assert state.node_id == "node-b"
+        assert state.checkpoint is not None
+        assert state.checkpoint.seq == 1
+        assert [e.seq for e in state.events] == [3]
+        assert replies[2] == (ReplicationResult(Outcome.STALE, 5), None)
+        assert isinstance(replies[3], Exception)
+        assert "checkpoint" in str(replies[3])
+        # The claim raised the fence like claim() does: the old owner is refused.
+        assert (await replica.write(item(moved, 1, (ev(moved, 4, 1),)))).outcome is Outcome.STALE
+        assert await replica.lineage_bases(moved) == {2: (3, 1)}
+        again = await replica.claim_load_many([(moved, 2, "node-b")])
+        assert again[0] == (ReplicationResult(Outcome.DUPLICATE, 2), state)
+        with pytest.raises(ValueError, match="epoch"):
+            await replica.claim_load_many([(moved, 0, "node-b")])
+
+
+async def test_claim_batcher_sends_a_wave_of_claims_together(
+    replica: RedisCheckpointReplica,
+) -> None:
+    calls: list[int] = []
+    original = replica.claim_load_many
+
+    async def counting(requests: list[tuple[str, int, str]]) -> list[object]:
+        calls.append(len(requests))
+        return await original(requests)  # type: ignore[return-value]
+
+    replica.claim_load_many = counting  # type: ignore[method-assign,assignment]
+    batcher = ClaimBatcher(replica, max_batch=50)
+    async with asyncio.timeout(5):
+        tasks = [new_task() for _ in range(120)]
+        for t in tasks:
+            await replica.write(item(t, 1, (ev(t, 1, 1),)))
+        replies = await asyncio.gather(*(batcher.claim_load(t, 2, "node-b") for t in tasks))
+    assert all(r.outcome is Outcome.OK and s is not None and s.journal_seq == 1 for r, s in replies)
+    assert sum(calls) == 120
+    assert len(calls) <= 4, calls  # 120 concurrent claims in ceil(120 / 50) round trips, not 120

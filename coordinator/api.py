@@ -70,6 +70,7 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import Any, NoReturn, TypeAlias, TypeVar
 
+import aetcd
 import google_crc32c
 import grpc
 import grpc.aio
@@ -97,6 +98,7 @@ from coordinator.core import (
 from coordinator.core.records import labels_match
 from coordinator.etcd_store import Collection, ReadCache
 from coordinator.eventlog import EventFilter, Watcher
+from coordinator.members import list_members
 from coordinator.runtime import CoordinatorRuntime, NotLeading, grpc_status
 from lazarus.v1 import coordinator_pb2, coordinator_pb2_grpc, records_pb2
 from node_agent.checkpoint.errors import CorruptedRecord
@@ -303,6 +305,8 @@ class CoordinatorApi:
         runtime: the replica's runtime (leader state, election).
         cache: the replica's etcd read cache (reads on followers, read_revision).
         redis_url: where GetCheckpoint reads replicated checkpoints.
+        etcd_client: where GetClusterStatus reads member records (None: it
+            lists no members).
     """
 
     def __init__(
@@ -313,9 +317,11 @@ class CoordinatorApi:
         redis_url: str = "redis://127.0.0.1:6379/0",
         redis_password: str = "",
         redis_ca_file: str = "",
+        etcd_client: aetcd.Client | None = None,
     ) -> None:
         self._runtime = runtime
         self._cache = cache
+        self._etcd = etcd_client
         self._task_memo = _TaskMemo()
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._redis_url = redis_url
@@ -749,10 +755,19 @@ class CoordinatorApi:
     async def GetClusterStatus(
         self, request: coordinator_pb2.GetClusterStatusRequest, context: Context
     ) -> coordinator_pb2.GetClusterStatusResponse:
-        """Leader, term and node / task counts by state."""
+        """Leader, term, members (leader first), node / task counts by state.
+
+        Members come from the replicas' member records (``coordinator.members``),
+        read from etcd on every call. UNAVAILABLE when etcd cannot be read.
+        """
         runtime = self._runtime
+        members: list[records_pb2.MemberRecord] = []
         try:
             leader = await runtime.election.leader()
+            if self._etcd is not None:
+                members = await list_members(
+                    self._etcd, runtime.settings.cluster, runtime.election.prefix
+                )
         except Exception as exc:
             await context.abort(grpc.StatusCode.UNAVAILABLE, f"cannot read etcd: {exc}")
             raise AssertionError("unreachable") from exc
@@ -765,13 +780,16 @@ class CoordinatorApi:
         guard = runtime.core.guard_active if runtime.core.role is Role.LEADER else False
         leader_id = runtime.settings.member_id if runtime.leading else ""
         if not runtime.leading and leader is not None and leader.value:
-            leader_id = await self._leader_member_id(leader.value, leader.term)
+            known = [m.member_id for m in members if m.candidacy_revision == leader.term]
+            leader_id = known[0] if known else ""
+            if not leader_id:  # its record is not written yet: ask the leader
+                leader_id = await self._leader_member_id(leader.value, leader.term)
         return coordinator_pb2.GetClusterStatusResponse(
             cluster_name=runtime.settings.cluster,
-            # Another replica's member id is unknown until MemberRecords exist.
             leader_id=leader_id,
             leader_address=leader.value if leader is not None else "",
             term=leader.term if leader is not None else 0,
+            members=members,
             serving_member_id=runtime.settings.member_id,
             nodes_by_state=[
                 coordinator_pb2.NodeStateCount(state=s, count=c)  # type: ignore[arg-type]
@@ -1148,6 +1166,7 @@ def add_coordinator_service(
     redis_url: str = "redis://127.0.0.1:6379/0",
     redis_password: str = "",
     redis_ca_file: str = "",
+    etcd_client: aetcd.Client | None = None,
 ) -> CoordinatorApi:
     """Register CoordinatorService on ``server``.
 
@@ -1157,6 +1176,7 @@ def add_coordinator_service(
         cache: its etcd read cache.
         redis_url: where GetCheckpoint reads replicated checkpoints.
         redis_password, redis_ca_file: Redis AUTH and the CA of a ``rediss://`` URL.
+        etcd_client: where GetClusterStatus reads member records.
 
     Returns:
         The servicer (close it on shutdown).
@@ -1167,6 +1187,7 @@ def add_coordinator_service(
         redis_url=redis_url,
         redis_password=redis_password,
         redis_ca_file=redis_ca_file,
+        etcd_client=etcd_client,
     )
     coordinator_pb2_grpc.add_CoordinatorServiceServicer_to_server(api, server)  # type: ignore[no-untyped-call]
     return api

@@ -4,7 +4,9 @@ Theory of operation
 -------------------
 Layout. Records live at ``/lazarus/<cluster>/<collection>/<name>``:
 ``nodes/<node_id>``, ``tasks/<task_id>``, ``forks/<task_id>/<fork_id>`` (see
-``records.proto``); the election lives under ``/lazarus/<cluster>/election``.
+``records.proto``); the election lives under ``/lazarus/<cluster>/election``,
+each replica's ``MemberRecord`` at ``/lazarus/<cluster>/members/<member_id>``
+(under its election lease; ``coordinator.members``, not read here).
 Values are ``records.proto`` messages the caller serialised; this module never
 parses them.
 

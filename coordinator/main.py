@@ -10,6 +10,7 @@ without waiting for the lease to expire) and exits 0. A failure to start
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import signal
 
@@ -54,6 +55,8 @@ async def _main(
         except (OSError, ValueError) as exc:
             _log.error("cannot serve metrics on %s: %s", metrics_listen, exc)
             return 1
+    if metrics_listen and not settings.metrics_address:
+        settings = dataclasses.replace(settings, metrics_address=metrics_listen)
     server = CoordinatorServer(settings, core_settings, observer=metrics, seed=seed)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

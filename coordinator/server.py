@@ -29,8 +29,10 @@ from coordinator.core import CoreSettings
 from coordinator.documents import DocumentObserver, DocumentService, TeeObserver
 from coordinator.election import Election
 from coordinator.etcd_store import EtcdStore, ReadCache, election_prefix
+from coordinator.members import MemberRegistry
 from coordinator.runtime import CoordinatorRuntime, Observer, RuntimeSettings
 from coordinator.session import add_agent_service
+from lazarus import __version__
 
 __all__ = ["CoordinatorServer", "ServerSettings", "make_etcd_client"]
 
@@ -70,6 +72,8 @@ class ServerSettings:
         redis_url: the Redis holding replicated checkpoints (GetCheckpoint).
         redis_password: its AUTH password ("" = none or the one in the URL).
         redis_ca_file: CA bundle verifying a ``rediss://`` server ("" = system).
+        metrics_address: host:port of this replica's /metrics, published in its
+            member record ("" = none).
 
     Raises:
         ValueError: only one of username / password, or of cert / key file, given.
@@ -92,6 +96,7 @@ class ServerSettings:
     redis_url: str = "redis://127.0.0.1:6379/0"
     redis_password: str = field(default="", repr=False)
     redis_ca_file: str = ""
+    metrics_address: str = ""
 
     def __post_init__(self) -> None:
         if bool(self.etcd_username) != bool(self.etcd_password):
@@ -134,6 +139,7 @@ class CoordinatorServer:
         self._api: CoordinatorApi | None = None
         self.documents: DocumentService | None = None
         self._tasks: list[asyncio.Task[None]] = []
+        self._members: MemberRegistry | None = None
         self.runtime: CoordinatorRuntime | None = None
         self._health: health_aio.HealthServicer | None = None
         self.address = ""
@@ -185,14 +191,26 @@ class CoordinatorServer:
             redis_url=s.redis_url,
             redis_password=s.redis_password,
             redis_ca_file=s.redis_ca_file,
+            etcd_client=client,
         )
         self._health = await add_health_and_reflection(server)
         await server.start()
         self._server = server
+        self._members = MemberRegistry(
+            client,
+            s.cluster,
+            runtime.election,
+            member_id=s.member_id,
+            address=self.address,
+            leading=lambda: runtime.leading,
+            metrics_address=s.metrics_address,
+            version=__version__,
+        )
         self._tasks = [
             asyncio.create_task(cache.run(), name="read-cache"),
             asyncio.create_task(runtime.run(), name="leader-loop"),
             asyncio.create_task(runtime.observe_leaders(), name="leader-observer"),
+            asyncio.create_task(self._members.run(), name="member-record"),
         ]
         _log.info(
             "serving: member=%s address=%s cluster=%s etcd=%s",
@@ -214,6 +232,13 @@ class CoordinatorServer:
             with contextlib.suppress(Exception):
                 async with asyncio.timeout(1.0):
                     await runtime.resign()
+            if self._members is not None:
+                for task in self._tasks:
+                    if task.get_name() == "member-record":
+                        await _cancel(task)
+                with contextlib.suppress(Exception):
+                    async with asyncio.timeout(1.0):
+                        await self._members.withdraw()
             with contextlib.suppress(Exception):
                 await runtime.election.close()
         for task in self._tasks:

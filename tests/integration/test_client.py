@@ -18,6 +18,7 @@ Every wait is bounded; the cluster stops at teardown.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import select
 import signal
@@ -32,6 +33,7 @@ import grpc
 import pytest
 from typer.testing import CliRunner
 
+import lazarus
 from lazarus import cli
 from lazarus.client import (
     Aborted,
@@ -203,14 +205,37 @@ async def test_status_names_the_leader_on_followers(follower: Client, leader: Cl
     assert status.leader_id == (await leader.status()).serving_member_id
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="GetClusterStatus: `members` is always empty (no MemberRecords are written yet;"
-    " the proto promises every replica, leader first)",
-)
-async def test_status_lists_every_member(follower: Client) -> None:
-    status = await follower.status()
-    assert len(status.members) == 3
+async def test_status_lists_every_member_leader_first(
+    roles: Roles, connect: Callable[..., Client]
+) -> None:
+    """Every replica's MemberRecord (coordinator.members), the same from every replica."""
+    views = []
+    for address in roles.all:
+        client = connect([address])
+        status = await eventually(
+            functools.partial(_with_members, client, 3), f"3 members via {address}"
+        )
+        members = list(status.members)
+        assert [m.role for m in members] == [R.MEMBER_ROLE_LEADER] + [R.MEMBER_ROLE_FOLLOWER] * 2
+        assert members[0].address == roles.leader
+        assert members[0].member_id == status.leader_id
+        assert members[0].candidacy_revision == status.term
+        assert members[1].candidacy_revision < members[2].candidacy_revision  # campaign order
+        assert sorted(m.address for m in members) == sorted(roles.all)
+        assert status.serving_member_id in {m.member_id for m in members}
+        for m in members:
+            assert m.lease_id != 0
+            assert m.version == lazarus.__version__
+            assert 0 < m.started_at_unix_ms <= status.now_unix_ms
+        views.append([(m.member_id, m.address, m.role) for m in members])
+    assert views[0] == views[1] == views[2]
+
+
+async def _with_members(
+    client: Client, count: int
+) -> coordinator_pb2.GetClusterStatusResponse | None:
+    status = await client.status()
+    return status if len(status.members) == count else None
 
 
 # ---------------------------------------------------------------- SubmitTask / GetTask

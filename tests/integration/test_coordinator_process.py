@@ -27,6 +27,7 @@ import grpc.aio
 import pytest
 
 from coordinator.etcd_store import election_prefix
+from coordinator.members import list_members
 from lazarus.localservers import free_loopback_ports
 from lazarus.v1 import agent_pb2, records_pb2
 
@@ -177,8 +178,27 @@ def _cluster() -> str:
     return f"proc-{uuid.uuid4().hex[:10]}"
 
 
-async def test_three_processes_one_leader_and_failover(spawn: Spawn, etcd_cluster: Any) -> None:
+async def _members_become(client: Any, cluster: str, expected: list[str], within_s: float) -> float:
+    """Wait until the member records list ``expected`` (leader first); seconds waited."""
+    started = time.monotonic()
+    seen: list[str] = []
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(within_s):
+            while True:
+                members = await list_members(client, cluster, election_prefix(cluster))
+                seen = [m.member_id for m in members]
+                if seen[:1] == expected[:1] and sorted(seen) == sorted(expected):
+                    assert members[0].role == records_pb2.MEMBER_ROLE_LEADER
+                    return time.monotonic() - started
+                await asyncio.sleep(0.1)
+    raise AssertionError(f"members {seen}, want {expected} (leader first) within {within_s} s")
+
+
+async def test_three_processes_one_leader_and_failover(
+    spawn: Spawn, etcd_cluster: Any, make_etcd_client: Any
+) -> None:
     cluster = _cluster()
+    client = await make_etcd_client(etcd_cluster.endpoints[0])
     all_replicas = [spawn(cluster, i) for i in range(3)]
     async with asyncio.timeout(STARTUP_S):
         while None in await _roles(all_replicas):
@@ -191,6 +211,8 @@ async def test_three_processes_one_leader_and_failover(spawn: Spawn, etcd_cluste
     ]
     assert sum(flags) == 1
     await _elect_listen_shows(etcd_cluster, cluster, leader.address)
+    followers = sorted(r.member_id for r in all_replicas if r is not leader)
+    await _members_become(client, cluster, [leader.member_id, *followers], 5.0)
 
     # SIGKILL: the lease must expire before another replica leads.
     os.kill(leader.process.pid, signal.SIGKILL)
@@ -201,6 +223,9 @@ async def test_three_processes_one_leader_and_failover(spawn: Spawn, etcd_cluste
     print(f"MEASURED sigkill_failover_s {after_kill_s:.3f}")
     assert after_kill_s <= LEASE_TTL_S + 1.0
     await _elect_listen_shows(etcd_cluster, cluster, second.address)
+    # The killed replica's member record went with its lease.
+    survivors = [second.member_id] + [r.member_id for r in rest if r is not second]
+    await _members_become(client, cluster, survivors, 5.0)
 
     # SIGTERM: the leader resigns at once.
     os.kill(second.process.pid, signal.SIGTERM)
@@ -213,6 +238,9 @@ async def test_three_processes_one_leader_and_failover(spawn: Spawn, etcd_cluste
     assert third is last[0]
     code = await asyncio.to_thread(second.process.wait, 5)
     assert code == 0
+    # A clean stop withdraws its record at once (no lease TTL to wait for).
+    withdrawn_s = await _members_become(client, cluster, [third.member_id], 2.0)
+    print(f"MEASURED member_record_withdrawn_s {withdrawn_s:.3f}")
     seen = await asyncio.to_thread(_metric, third.metrics_url, "lazarus_leader_changes_total")
     assert seen >= 3
     assert await asyncio.to_thread(_metric, third.metrics_url, "lazarus_is_leader") == 1

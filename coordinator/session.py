@@ -202,8 +202,11 @@ class AgentSessionService:
                 channel.close(code, reason)
                 return
         for future in pending:  # let their acks and replies out before the stream ends
-            with contextlib.suppress(Exception):
-                await asyncio.shield(future)
+            await asyncio.wait([future])
+            problem = _outcome(future, channel)
+            if problem is not None:
+                channel.close(*problem)
+                return
         channel.end()
 
     async def _receive(

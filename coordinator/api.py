@@ -29,11 +29,14 @@ Theory of operation: every replica serves this service.
   (``coordinator.eventlog``: revisions are ``term << 32 | counter``, the
   newest 50,000 events of its term retained); followers proxy the stream to
   the leader and relay its end. Events with revision >= ``from_revision`` are
-  replayed, then live ones follow; ``from_revision`` 0 means live only. When
-  ``from_revision`` is older than the oldest retained event (evicted, or
-  emitted by a previous leader whose log died with it) the stream does NOT
-  fail with OUT_OF_RANGE: it starts at the oldest retained event and says
-  so in its initial metadata, ``lazarus-watch-gap: 1`` and
+  replayed, then live ones follow; ``from_revision`` 0 means live only.
+  Events older than the leader's memory (an earlier term's, or evicted) are
+  replayed first from the Redis event archive (``coordinator.eventarchive``),
+  so a watch resumed after a failover misses nothing the old leader had
+  archived. When ``from_revision`` is older than the oldest event retained
+  (in the archive, or in memory when the archive is empty or unreadable) the
+  stream does NOT fail with OUT_OF_RANGE: it starts at the oldest retained
+  event and says so in its initial metadata, ``lazarus-watch-gap: 1`` and
   ``lazarus-watch-oldest-revision: <revision>`` (events in between may be
   missing; re-read state with ListTasks / ListNodes). A change of leader
   ends every stream with UNAVAILABLE: reconnect with the last revision + 1.
@@ -97,6 +100,7 @@ from coordinator.core import (
 )
 from coordinator.core.records import labels_match
 from coordinator.etcd_store import Collection, ReadCache
+from coordinator.eventarchive import EventArchive
 from coordinator.eventlog import EventFilter, Watcher
 from coordinator.members import list_members
 from coordinator.runtime import CoordinatorRuntime, NotLeading, grpc_status
@@ -132,6 +136,8 @@ MAX_EVENTS_PER_RESPONSE = 500
 DEFAULT_JOURNAL_EVENTS = 1000
 REDIS_TIMEOUT_S = 5.0
 """Connect and read timeout of the GetCheckpoint Redis client."""
+ARCHIVE_TIMEOUT_S = 2.0
+"""Bound on one read of the event archive while a WatchEvents stream starts."""
 
 Context: TypeAlias = "grpc.aio.ServicerContext[Any, Any]"
 _T = TypeVar("_T")
@@ -307,6 +313,8 @@ class CoordinatorApi:
         redis_url: where GetCheckpoint reads replicated checkpoints.
         etcd_client: where GetClusterStatus reads member records (None: it
             lists no members).
+        archive: the Redis event archive WatchEvents replays earlier terms
+            from (None: memory only).
     """
 
     def __init__(
@@ -318,10 +326,12 @@ class CoordinatorApi:
         redis_password: str = "",
         redis_ca_file: str = "",
         etcd_client: aetcd.Client | None = None,
+        archive: EventArchive | None = None,
     ) -> None:
         self._runtime = runtime
         self._cache = cache
         self._etcd = etcd_client
+        self._archive = archive
         self._task_memo = _TaskMemo()
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._redis_url = redis_url
@@ -975,18 +985,33 @@ class CoordinatorApi:
                 yield response
             return
         log = self._runtime.event_log
-        watcher = log.subscribe(
-            request.from_revision,
-            EventFilter(types=types, task_id=request.task_id, node_id=request.node_id),
-        )
+        event_filter = EventFilter(types=types, task_id=request.task_id, node_id=request.node_id)
+        live_after = log.last_revision
+        watcher = log.subscribe(request.from_revision, event_filter)
         try:
-            if watcher.gap:
+            gap, oldest = watcher.gap, watcher.first_revision
+            # What memory no longer holds (an earlier term, or pushed out) comes
+            # from the archive: revisions below the oldest the watcher replays.
+            before = watcher.first_revision or live_after + 1
+            archived = 0
+            if gap and self._archive is not None:
+                try:
+                    async with asyncio.timeout(ARCHIVE_TIMEOUT_S):
+                        archived = await self._archive.oldest_revision()
+                except (redis.exceptions.RedisError, OSError, TimeoutError) as exc:
+                    _log.warning("event archive unreadable (%s); replaying memory only", exc)
+            if archived:
+                gap = request.from_revision < archived
+                oldest = archived
+            if gap:
                 await context.send_initial_metadata(
-                    (
-                        (WATCH_GAP_METADATA, "1"),
-                        (WATCH_OLDEST_METADATA, str(watcher.first_revision)),
-                    )
+                    ((WATCH_GAP_METADATA, "1"), (WATCH_OLDEST_METADATA, str(oldest)))
                 )
+            if archived:
+                async for response in self._replay_archive(
+                    max(request.from_revision, archived), before, event_filter
+                ):
+                    yield response
             async for response in _drain(watcher, request.progress_interval_ms):
                 yield response
             code, message = watcher.closed or (grpc.StatusCode.UNAVAILABLE, "stream ended")
@@ -995,6 +1020,24 @@ class CoordinatorApi:
             await context.abort(code, message)
         finally:
             log.unsubscribe(watcher)
+
+    async def _replay_archive(
+        self, from_revision: int, before: int, event_filter: EventFilter
+    ) -> AsyncIterator[coordinator_pb2.WatchEventsResponse]:
+        """Archived events in [from_revision, before) that match, paged; stops on a Redis error."""
+        assert self._archive is not None
+        cursor = from_revision
+        while cursor:
+            try:
+                async with asyncio.timeout(ARCHIVE_TIMEOUT_S):
+                    events, cursor = await self._archive.read(cursor, before)
+            except (redis.exceptions.RedisError, OSError, TimeoutError) as exc:
+                _log.warning("event archive read failed (%s); the replay stops here", exc)
+                return
+            matching = [e for e in events if event_filter.matches(e)]
+            for start in range(0, len(matching), MAX_EVENTS_PER_RESPONSE):
+                chunk = matching[start : start + MAX_EVENTS_PER_RESPONSE]
+                yield coordinator_pb2.WatchEventsResponse(events=chunk, revision=chunk[-1].revision)
 
     async def _unavailable_stream(self, context: Context, message: str) -> NoReturn:
         try:
@@ -1167,6 +1210,7 @@ def add_coordinator_service(
     redis_password: str = "",
     redis_ca_file: str = "",
     etcd_client: aetcd.Client | None = None,
+    archive: EventArchive | None = None,
 ) -> CoordinatorApi:
     """Register CoordinatorService on ``server``.
 
@@ -1177,6 +1221,7 @@ def add_coordinator_service(
         redis_url: where GetCheckpoint reads replicated checkpoints.
         redis_password, redis_ca_file: Redis AUTH and the CA of a ``rediss://`` URL.
         etcd_client: where GetClusterStatus reads member records.
+        archive: the Redis event archive (WatchEvents replays earlier terms).
 
     Returns:
         The servicer (close it on shutdown).
@@ -1188,6 +1233,7 @@ def add_coordinator_service(
         redis_password=redis_password,
         redis_ca_file=redis_ca_file,
         etcd_client=etcd_client,
+        archive=archive,
     )
     coordinator_pb2_grpc.add_CoordinatorServiceServicer_to_server(api, server)  # type: ignore[no-untyped-call]
     return api

@@ -15,10 +15,11 @@ terms stay below 2**32 and one term emits fewer than 2**32 - 1 events (the
 log refuses more: ``RevisionSpaceExhausted``). They are not dense: a new
 term starts at ``term << 32 | 1``.
 
-**Retention.** Events live only in the leader's memory: the newest
-``capacity`` (default 50,000) of the current term. A new leader starts empty
-(its first event is its ``LeaderElected``), so the tail of the previous
-leader that a watcher had not received yet is not replayable.
+**Retention.** The log keeps the newest ``capacity`` (default 50,000) events
+of the current term in the leader's memory. A new leader starts empty (its
+first event is its ``LeaderElected``); the previous leader's tail is replayed
+from the Redis archive (``coordinator.eventarchive``, fed through ``sink``) by
+``WatchEvents``, not by this log.
 ``subscribe(from_revision)`` replays the retained events with revision >=
 ``from_revision`` and reports ``gap`` when ``from_revision`` is older than the
 oldest retained event (the stream then starts at the oldest; see
@@ -35,7 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import grpc
@@ -235,6 +236,8 @@ class EventLog:
         self._term = 0
         self._counter = 0
         self._watchers: set[Watcher] = set()
+        self.sink: Callable[[records_pb2.Event], None] | None = None
+        """Called with every stamped event (the Redis archive's ``offer``); must not block."""
 
     @property
     def events(self) -> collections.deque[records_pb2.Event]:
@@ -282,6 +285,8 @@ class EventLog:
         event.revision = make_revision(self._term, self._counter)
         event.term = self._term
         self._buffer.append(event)
+        if self.sink is not None:
+            self.sink(event)
         for watcher in list(self._watchers):
             watcher._offer(event)
             if watcher.closed is not None:

@@ -38,12 +38,16 @@ Series:
   writes of one key resolved by the document's policy),
   ``lazarus_shared_documents`` (canonical replicas held), and
   ``lazarus_state_vector_divergence_ops`` (operations the canonical replicas
-  hold that connected nodes are not known to hold, summed).
+  hold that connected nodes are not known to hold, summed);
+- the event archive (``coordinator.eventarchive``): ``lazarus_event_archive_backlog``
+  (events waiting for Redis) and ``lazarus_event_archive_dropped_events``
+  (never archived: the backlog overflowed during an outage).
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
@@ -167,6 +171,16 @@ class Metrics:
             "Operations of the canonical documents that connected nodes lack, summed.",
             registry=r,
         )
+        self.archive_backlog = Gauge(
+            "lazarus_event_archive_backlog",
+            "Events waiting to be written to the Redis event archive.",
+            registry=r,
+        )
+        self.archive_lost = Gauge(
+            "lazarus_event_archive_dropped_events",
+            "Events never archived: the backlog overflowed during a Redis outage.",
+            registry=r,
+        )
         self._hub_deltas = 0
         self._hub_conflicts = 0
         for state in NodeState:
@@ -176,6 +190,11 @@ class Metrics:
         self._last_heartbeat_s: dict[str, float] = {}
         self._refreshed_at = float("-inf")
         self._leader_key = ""
+
+    def watch_archive(self, backlog: Callable[[], float], dropped: Callable[[], float]) -> None:
+        """Read the event archive's backlog and dropped count at each scrape."""
+        self.archive_backlog.set_function(backlog)
+        self.archive_lost.set_function(dropped)
 
     def serve(self, host: str, port: int) -> None:
         """Expose ``/metrics`` on ``host:port`` from a daemon thread."""

@@ -19,17 +19,20 @@ from typing import Any
 
 import aetcd
 import grpc.aio
+import redis.asyncio
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio
 from grpc_reflection.v1alpha import reflection
 
 from coordinator.aetcd_compat import TOKEN_RENEWAL_S, RenewingClient, TlsClient, tls_credentials
-from coordinator.api import CoordinatorApi, add_coordinator_service
+from coordinator.api import REDIS_TIMEOUT_S, CoordinatorApi, add_coordinator_service
 from coordinator.core import CoreSettings
 from coordinator.documents import DocumentObserver, DocumentService, TeeObserver
 from coordinator.election import Election
 from coordinator.etcd_store import EtcdStore, ReadCache, election_prefix
+from coordinator.eventarchive import EventArchive
 from coordinator.members import MemberRegistry
+from coordinator.metrics import Metrics
 from coordinator.runtime import CoordinatorRuntime, Observer, RuntimeSettings
 from coordinator.session import add_agent_service
 from lazarus import __version__
@@ -140,6 +143,7 @@ class CoordinatorServer:
         self.documents: DocumentService | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._members: MemberRegistry | None = None
+        self._archive_redis: redis.asyncio.Redis | None = None
         self.runtime: CoordinatorRuntime | None = None
         self._health: health_aio.HealthServicer | None = None
         self.address = ""
@@ -184,6 +188,20 @@ class CoordinatorServer:
         documents.attach(runtime)
         self.runtime = runtime
         add_agent_service(server, runtime, documents)
+        redis_kwargs: dict[str, Any] = {
+            "socket_connect_timeout": REDIS_TIMEOUT_S,
+            "socket_timeout": REDIS_TIMEOUT_S,
+        }
+        if s.redis_password:
+            redis_kwargs["password"] = s.redis_password
+        if s.redis_ca_file:
+            redis_kwargs["ssl_ca_certs"] = s.redis_ca_file
+        archive_redis = redis.asyncio.Redis.from_url(s.redis_url, **redis_kwargs)
+        self._archive_redis = archive_redis
+        archive = EventArchive(archive_redis, s.cluster)
+        runtime.event_log.sink = archive.offer
+        if isinstance(observer, Metrics):
+            observer.watch_archive(lambda: archive.backlog, lambda: archive.dropped)
         self._api = add_coordinator_service(
             server,
             runtime,
@@ -192,6 +210,7 @@ class CoordinatorServer:
             redis_password=s.redis_password,
             redis_ca_file=s.redis_ca_file,
             etcd_client=client,
+            archive=archive,
         )
         self._health = await add_health_and_reflection(server)
         await server.start()
@@ -211,6 +230,7 @@ class CoordinatorServer:
             asyncio.create_task(runtime.run(), name="leader-loop"),
             asyncio.create_task(runtime.observe_leaders(), name="leader-observer"),
             asyncio.create_task(self._members.run(), name="member-record"),
+            asyncio.create_task(archive.run(), name="event-archive"),
         ]
         _log.info(
             "serving: member=%s address=%s cluster=%s etcd=%s",
@@ -253,6 +273,10 @@ class CoordinatorServer:
         if self.documents is not None:
             await self.documents.close()
             self.documents = None
+        if self._archive_redis is not None:
+            with contextlib.suppress(Exception):
+                await self._archive_redis.aclose()
+            self._archive_redis = None
         if self._client is not None:
             with contextlib.suppress(Exception):
                 await self._client.close()

@@ -52,3 +52,10 @@ def configure_logging(level: str = "INFO", fmt: str = "json") -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(numeric)
+    # Neither format shows threads, processes or call sites: do not compute them
+    # for every record (the logging HOWTO's "Optimization" section). A recovery
+    # logs thousands of lines within a second on a leader or a survivor.
+    logging.logThreads = False
+    logging.logProcesses = False
+    logging.logMultiprocessing = False
+    logging._srcfile = None

@@ -103,6 +103,7 @@ from coordinator.etcd_store import Collection, ReadCache
 from coordinator.eventarchive import EventArchive
 from coordinator.eventlog import EventFilter, Watcher
 from coordinator.members import list_members
+from coordinator.redisconn import redis_client
 from coordinator.runtime import CoordinatorRuntime, NotLeading, grpc_status
 from lazarus.v1 import coordinator_pb2, coordinator_pb2_grpc, records_pb2
 from node_agent.checkpoint.errors import CorruptedRecord
@@ -336,11 +337,8 @@ class CoordinatorApi:
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._redis_url = redis_url
         self._leader_ids: dict[int, str] = {}  # term -> leader member id (followers)
-        self._redis_kwargs: dict[str, Any] = {}
-        if redis_password:
-            self._redis_kwargs["password"] = redis_password
-        if redis_ca_file:
-            self._redis_kwargs["ssl_ca_certs"] = redis_ca_file
+        self._redis_password = redis_password
+        self._redis_ca_file = redis_ca_file
         self._redis: redis.asyncio.Redis | None = None
         self._pending: set[asyncio.Task[ReplyToRequest]] = set()
 
@@ -1081,11 +1079,11 @@ class CoordinatorApi:
 
     def _replica(self) -> RedisCheckpointReplica:
         if self._redis is None:
-            self._redis = redis.asyncio.Redis.from_url(
+            self._redis = redis_client(
                 self._redis_url,
-                socket_connect_timeout=REDIS_TIMEOUT_S,
-                socket_timeout=REDIS_TIMEOUT_S,
-                **self._redis_kwargs,
+                password=self._redis_password,
+                ca_file=self._redis_ca_file,
+                timeout_s=REDIS_TIMEOUT_S,
             )
         return RedisCheckpointReplica(self._redis)
 

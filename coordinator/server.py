@@ -33,6 +33,7 @@ from coordinator.etcd_store import EtcdStore, ReadCache, election_prefix
 from coordinator.eventarchive import EventArchive
 from coordinator.members import MemberRegistry
 from coordinator.metrics import Metrics
+from coordinator.redisconn import redis_client
 from coordinator.runtime import CoordinatorRuntime, Observer, RuntimeSettings
 from coordinator.session import add_agent_service
 from lazarus import __version__
@@ -188,15 +189,12 @@ class CoordinatorServer:
         documents.attach(runtime)
         self.runtime = runtime
         add_agent_service(server, runtime, documents)
-        redis_kwargs: dict[str, Any] = {
-            "socket_connect_timeout": REDIS_TIMEOUT_S,
-            "socket_timeout": REDIS_TIMEOUT_S,
-        }
-        if s.redis_password:
-            redis_kwargs["password"] = s.redis_password
-        if s.redis_ca_file:
-            redis_kwargs["ssl_ca_certs"] = s.redis_ca_file
-        archive_redis = redis.asyncio.Redis.from_url(s.redis_url, **redis_kwargs)
+        archive_redis = redis_client(
+            s.redis_url,
+            password=s.redis_password,
+            ca_file=s.redis_ca_file,
+            timeout_s=REDIS_TIMEOUT_S,
+        )
         self._archive_redis = archive_redis
         archive = EventArchive(archive_redis, s.cluster)
         runtime.event_log.sink = archive.offer

@@ -41,6 +41,7 @@ import redis.asyncio as aioredis
 
 from coordinator.core import CoordinatorCore, EmitEvent
 from coordinator.core.notices import NodeJoined, NodeRecovered
+from coordinator.redisconn import redis_client
 from coordinator.runtime import Channel, CoordinatorRuntime, Observer
 from lazarus.v1 import agent_pb2, records_pb2
 from node_agent.shared import (
@@ -202,6 +203,8 @@ class DocumentService:
 
     Args:
         redis_url: the Redis holding canonical replicas.
+        redis_password, redis_ca_file: its AUTH password and the CA of a
+            ``rediss://`` URL ("" = none / system roots).
         metrics: receives numbers (None: none).
         settings: the hub's tunables.
         prefix: Redis key prefix.
@@ -211,11 +214,15 @@ class DocumentService:
         self,
         redis_url: str,
         *,
+        redis_password: str = "",
+        redis_ca_file: str = "",
         metrics: DocumentObserver | None = None,
         settings: HubSettings | None = None,
         prefix: str = "lazarus",
     ) -> None:
         self.redis_url = redis_url
+        self._redis_password = redis_password
+        self._redis_ca_file = redis_ca_file
         self.metrics = metrics
         self.settings = settings or HubSettings()
         self.prefix = prefix
@@ -235,8 +242,11 @@ class DocumentService:
 
     def _client(self) -> aioredis.Redis:
         if self._redis is None:
-            self._redis = aioredis.from_url(
-                self.redis_url, socket_timeout=2.0, socket_connect_timeout=2.0
+            self._redis = redis_client(
+                self.redis_url,
+                password=self._redis_password,
+                ca_file=self._redis_ca_file,
+                timeout_s=2.0,
             )
         return self._redis
 

@@ -173,6 +173,8 @@ class CoordinatorServer:
         observer = self._observer
         documents = DocumentService(
             s.redis_url,
+            redis_password=s.redis_password,
+            redis_ca_file=s.redis_ca_file,
             metrics=observer if isinstance(observer, DocumentObserver) else None,
         )
         self.documents = documents

@@ -1015,7 +1015,8 @@ def redis_answers_ping(host: str, port: int, timeout_s: float) -> bool:
         timeout_s: bound on connecting and on each read.
 
     Returns:
-        True when it answers ``+PONG``; False on any error or other answer.
+        True when it answers ``+PONG``, or ``-NOAUTH`` (serving, with a password
+        set); False on any error or other answer.
     """
     try:
         with socket.create_connection((host, port), timeout=timeout_s) as sock:
@@ -1028,7 +1029,7 @@ def redis_answers_ping(host: str, port: int, timeout_s: float) -> bool:
                 reply += chunk
     except OSError:
         return False
-    return reply == b"+PONG\r\n"
+    return reply == b"+PONG\r\n" or reply.startswith(b"-NOAUTH")
 
 
 class RedisServer(LocalServer):

@@ -1,24 +1,24 @@
 """Member records: every coordinator replica says who it is, under its election lease.
 
 Theory of operation: each replica keeps ``/lazarus/<cluster>/members/<member_id>``
-holding a ``MemberRecord`` (member id, gRPC and metrics addresses, role, lease
-id, candidacy revision, version, start time), put under the lease of its
-election session. The record therefore lives exactly as long as the replica's
-candidacy: a crashed replica's record goes with its lease, at most the lease
-TTL later (DESIGN.md §5), and nobody has to clean up after it.
+holding a ``MemberRecord`` (member id, gRPC and metrics addresses, lease id,
+version, start time), put under the lease of its election session. The
+record therefore lives exactly as long as the replica's candidacy: a crashed
+replica's record goes with its lease, at most the lease TTL later (DESIGN.md
+§5), and nobody has to clean up after it.
 
 :class:`MemberRegistry` is the shell task that keeps the record current: every
-``interval_s`` it reads the replica's lease and election key and puts the
-record when what it would write differs from what it last wrote (new lease,
-role change, first run). A put lost to an etcd blip is retried on the next
-round; a record deleted behind its back (lease expired and replaced) is
-rewritten under the new lease. It decides nothing about the cluster, so it
+``interval_s`` it puts the record when its lease changed (first run, new
+election session) or the stored record is gone; a put lost to an etcd blip
+is retried on the next round. It decides nothing about the cluster, so it
 needs no fence: each replica writes only its own key.
 
-:func:`list_members` reads them all for ``GetClusterStatus``: leader first,
-then by candidacy revision (the order of etcd's election recipe, in which the
-lowest create revision leads). A record whose lease no longer backs a key of
-the election prefix (a candidacy withdrawn, the lease kept) is left out.
+:func:`list_members` reads them all for ``GetClusterStatus`` and fills in what
+the election alone knows: each record's candidacy revision (the create
+revision of its election key) and role; leader first, then by candidacy
+revision (etcd's election recipe: the lowest create revision leads). A
+record whose lease no longer backs a key of the election prefix (a candidacy
+withdrawn, the lease kept) is left out.
 """
 
 from __future__ import annotations
@@ -26,12 +26,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
 
 import aetcd
 from google.protobuf.message import DecodeError
 
-from coordinator.election import Election, election_key
+from coordinator.election import Election
 from coordinator.etcd_store import cluster_prefix
 from lazarus.v1 import records_pb2
 
@@ -60,7 +59,6 @@ class MemberRegistry:
         election: this replica's election (its lease and key prefix).
         member_id: this replica's id.
         address: its advertised gRPC address.
-        leading: returns True while this replica leads.
         metrics_address: its /metrics host:port, "" when none.
         version: the software version.
         interval_s: seconds between two checks, > 0.
@@ -74,7 +72,6 @@ class MemberRegistry:
         *,
         member_id: str,
         address: str,
-        leading: Callable[[], bool],
         metrics_address: str = "",
         version: str = "",
         interval_s: float = REFRESH_INTERVAL_S,
@@ -86,7 +83,6 @@ class MemberRegistry:
         self._election = election
         self._member_id = member_id
         self._address = address
-        self._leading = leading
         self._metrics_address = metrics_address
         self._version = version
         self._interval_s = interval_s
@@ -104,7 +100,7 @@ class MemberRegistry:
             await asyncio.sleep(self._interval_s)
 
     async def refresh(self) -> bool:
-        """Put the record if it changed or vanished; True when a put was sent.
+        """Put the record if its lease changed or it vanished; True when a put was sent.
 
         Raises:
             aetcd.ClientError: etcd refused or did not answer.
@@ -112,33 +108,20 @@ class MemberRegistry:
         lease_id = self._election.lease_id
         if lease_id is None:
             return False  # not campaigning yet: nothing to hang the record on
-        candidacy = await self._client.get(election_key(self._election.prefix, lease_id).encode())
-        record = records_pb2.MemberRecord(
+        value = records_pb2.MemberRecord(
             member_id=self._member_id,
             address=self._address,
             metrics_address=self._metrics_address,
-            role=records_pb2.MEMBER_ROLE_LEADER
-            if self._leading()
-            else records_pb2.MEMBER_ROLE_FOLLOWER,
             lease_id=lease_id,
-            candidacy_revision=int(candidacy.create_revision) if candidacy is not None else 0,
             version=self._version,
             started_at_unix_ms=self._started_ms,
-        )
-        value = record.SerializeToString()
+        ).SerializeToString()
         if value == self._written:
             stored = await self._client.get(self._key)
             if stored is not None and bytes(stored.value) == value:
                 return False
         await self._client.put(self._key, value, lease=lease_id)
-        if self._written is None or record.role != _role_of(self._written):
-            _log.info(
-                "member record: %s %s lease=%x candidacy=%d",
-                self._member_id,
-                records_pb2.MemberRole.Name(record.role),
-                lease_id,
-                record.candidacy_revision,
-            )
+        _log.info("member record of %s written under lease %x", self._member_id, lease_id)
         self._written = value
         return True
 
@@ -150,19 +133,14 @@ class MemberRegistry:
             _log.warning("member record of %s not deleted: %s", self._member_id, exc)
 
 
-def _role_of(value: bytes) -> int:
-    return records_pb2.MemberRecord.FromString(value).role
-
-
 async def list_members(
     client: aetcd.Client, cluster: str, election_prefix: str
 ) -> list[records_pb2.MemberRecord]:
     """Every replica that campaigns, leader first, then by candidacy revision.
 
     The leader is the record whose lease backs the election key with the
-    lowest create revision (etcd's recipe); each record's role is set from
-    that, not from what the replica last wrote, so a record is never two
-    seconds stale about who leads.
+    lowest create revision (etcd's recipe). Role and candidacy revision are
+    filled from the election at this read, never stale.
 
     Raises:
         aetcd.ClientError: etcd refused or did not answer (UNAVAILABLE).

@@ -221,7 +221,6 @@ class CoordinatorServer:
             runtime.election,
             member_id=s.member_id,
             address=self.address,
-            leading=lambda: runtime.leading,
             metrics_address=s.metrics_address,
             version=__version__,
         )

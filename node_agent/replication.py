@@ -105,13 +105,13 @@ RETRYABLE_ERRORS: tuple[type[BaseException], ...] = (
 REPLICATE_LUA = r"""
 -- KEYS: 1 head (hash), 2 ckpt (string), 3 journal (zset seq -> record),
 --       4 jepoch (hash seq -> epoch)
--- ARGV: op ('write' | 'claim' | 'claim_load'), epoch, node_id, now_ms,
+-- ARGV: op ('write' | 'claim_load'), epoch, node_id, now_ms,
 --       [write] n_events, n x (seq, epoch, record), has_ckpt ('0'|'1'),
 --               [has_ckpt] ckpt_seq, ckpt_epoch, covers, record
 -- Numbers arrive as canonical decimal strings and are stored as given (no
 -- tostring of a double). Reply: {status, current_epoch} as strings; 'claim_load'
--- (not STALE) appends the state read after the claim, in the same atomic call:
--- HGETALL head (flat), GET ckpt (false when none), ZRANGE journal 0 -1.
+-- (not STALE) raises the fence and appends the state read after it, in the same
+-- atomic call: HGETALL head (flat), GET ckpt (false when none), ZRANGE journal 0 -1.
 local head, ckpt, journal, jepoch = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local op, epoch_s, node_id, now_ms = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local epoch = tonumber(epoch_s)
@@ -122,7 +122,7 @@ if epoch < head_epoch then
 end
 local raised = epoch > head_epoch
 
-if op == 'claim' or op == 'claim_load' then
+if op == 'claim_load' then
   local status = 'DUPLICATE'
   if raised then
     -- Remember where the new epoch's lineage starts: a fenced owner's records
@@ -132,9 +132,6 @@ if op == 'claim' or op == 'claim_load' then
     redis.call('HSET', head, 'epoch', epoch_s, 'node_id', node_id, 'updated_ms', now_ms,
                'base:' .. epoch_s, base)
     status = 'OK'
-  end
-  if op == 'claim' then
-    return {status, epoch_s}
   end
   return {status, epoch_s, redis.call('HGETALL', head), redis.call('GET', ckpt),
           redis.call('ZRANGE', journal, 0, -1)}
@@ -506,15 +503,13 @@ class RedisCheckpointReplica:
 
         Raises:
             InvalidArgument: empty task_id, epoch < 1.
+            CorruptedRecord: a stored record of the task does not parse.
             redis.exceptions.RedisError: as for :meth:`write`.
         """
-        _check_id("task_id", task_id)
-        _check_int("epoch", epoch, 1)
-        reply = await self._script(
-            keys=self.keys(task_id),
-            args=["claim", str(epoch), node_id, str(self._now_ms())],
-        )
-        return _parse_reply(reply)
+        (reply,) = await self.claim_load_many([(task_id, epoch, node_id)])
+        if isinstance(reply, Exception):
+            raise reply
+        return reply[0]
 
     async def claim_load_many(
         self, requests: Sequence[tuple[str, int, str]]

@@ -107,7 +107,12 @@ from coordinator.redisconn import redis_client
 from coordinator.runtime import CoordinatorRuntime, NotLeading, grpc_status
 from lazarus.v1 import coordinator_pb2, coordinator_pb2_grpc, records_pb2
 from node_agent.checkpoint.errors import CorruptedRecord
-from node_agent.replication import Outcome, RedisCheckpointReplica, ReplicationItem
+from node_agent.replication import (
+    Outcome,
+    RedisCheckpointReplica,
+    RemoteState,
+    ReplicationItem,
+)
 
 __all__ = [
     "DEFAULT_PAGE_SIZE",
@@ -856,18 +861,7 @@ class CoordinatorApi:
                 problems.append(f"edits[{i}].value_json: not JSON: {exc}")
         if problems:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "; ".join(problems))
-        try:
-            async with asyncio.timeout(context.time_remaining()):
-                state = await self._replica().load(source)
-        except TimeoutError:
-            await context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, "reading Redis took too long")
-            raise AssertionError("unreachable") from None
-        except CorruptedRecord as exc:
-            await context.abort(grpc.StatusCode.DATA_LOSS, str(exc))
-            raise AssertionError("unreachable") from exc
-        except (redis.exceptions.RedisError, OSError) as exc:
-            await context.abort(grpc.StatusCode.UNAVAILABLE, f"Redis is unreachable: {exc}")
-            raise AssertionError("unreachable") from exc
+        state = await self._load_replicated(source, context)
         checkpoint = state.checkpoint if state is not None else None
         if checkpoint is None or checkpoint.seq != int(seq_text):
             newest = f" (the newest replicated one is seq {checkpoint.seq})" if checkpoint else ""
@@ -1077,6 +1071,25 @@ class CoordinatorApi:
 
     # ------------------------------------------------------------------ checkpoints
 
+    async def _load_replicated(self, task_id: str, context: Context) -> RemoteState | None:
+        """A task's replicated state, within the call's deadline.
+
+        Aborts: DEADLINE_EXCEEDED (too slow), DATA_LOSS (a record does not
+        parse), UNAVAILABLE (Redis unreachable).
+        """
+        try:
+            async with asyncio.timeout(context.time_remaining()):
+                return await self._replica().load(task_id)
+        except TimeoutError:
+            await context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, "reading Redis took too long")
+            raise AssertionError("unreachable") from None
+        except CorruptedRecord as exc:
+            await context.abort(grpc.StatusCode.DATA_LOSS, str(exc))
+            raise AssertionError("unreachable") from exc
+        except (redis.exceptions.RedisError, OSError) as exc:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, f"Redis is unreachable: {exc}")
+            raise AssertionError("unreachable") from exc
+
     def _replica(self) -> RedisCheckpointReplica:
         if self._redis is None:
             self._redis = redis_client(
@@ -1114,18 +1127,7 @@ class CoordinatorApi:
 
         await self._validated(context, check)
         task_id = request.task_id
-        try:
-            async with asyncio.timeout(context.time_remaining()):
-                state = await self._replica().load(task_id)
-        except TimeoutError:
-            await context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, "reading Redis took too long")
-            raise AssertionError("unreachable") from None
-        except CorruptedRecord as exc:
-            await context.abort(grpc.StatusCode.DATA_LOSS, str(exc))
-            raise AssertionError("unreachable") from exc
-        except (redis.exceptions.RedisError, OSError) as exc:
-            await context.abort(grpc.StatusCode.UNAVAILABLE, f"Redis is unreachable: {exc}")
-            raise AssertionError("unreachable") from exc
+        state = await self._load_replicated(task_id, context)
         if state is None or state.checkpoint is None:
             await context.abort(
                 grpc.StatusCode.NOT_FOUND, f"task_id: no replicated checkpoint of {task_id!r}"

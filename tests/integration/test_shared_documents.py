@@ -162,6 +162,21 @@ def _converged(run_dir: Path, nodes: list[str], client: redis.Redis) -> bool:
     return all(_status(run_dir, node) == want for node in nodes)
 
 
+def _partitionable_cluster(tmp_path: Path, prefix: str) -> LocalCluster:
+    """One coordinator and the stores on HOST_IP (reachable from the namespace), no agents."""
+    return LocalCluster(
+        tmp_path / "run",
+        coordinators=1,
+        agents=0,
+        cluster=f"{prefix}-{uuid.uuid4().hex[:8]}",
+        etcd_members=1,
+        agent_args=["--app", "tests.integration.shared_apps:agent"],
+        env={"PYTHONPATH": str(REPO)},
+        listen_host=HOST_IP,
+        redis_bind=[HOST_IP],
+    )
+
+
 # ---- the test --------------------------------------------------------------------------------
 
 
@@ -170,17 +185,7 @@ async def test_shared_documents_converge_after_a_real_partition_to_the_ground_tr
 ) -> None:
     started = time.monotonic()
     ns, host_if = shared_netns
-    cluster = LocalCluster(
-        tmp_path / "run",
-        coordinators=1,
-        agents=0,
-        cluster=f"sd-{uuid.uuid4().hex[:8]}",
-        etcd_members=1,
-        agent_args=["--app", "tests.integration.shared_apps:agent"],
-        env={"PYTHONPATH": str(REPO)},
-        listen_host=HOST_IP,
-        redis_bind=[HOST_IP],
-    )
+    cluster = _partitionable_cluster(tmp_path, "sd")
     run_dir = cluster.run_dir
     try:
         cluster.start_stores()
@@ -370,17 +375,7 @@ async def test_a_zombies_crdt_task_state_merges_into_the_current_owners_state(
     increment of both owners — nothing kept aside as an unmerged fork.
     """
     ns, host_if = shared_netns
-    cluster = LocalCluster(
-        tmp_path / "run",
-        coordinators=1,
-        agents=0,
-        cluster=f"sdz-{uuid.uuid4().hex[:8]}",
-        etcd_members=1,
-        agent_args=["--app", "tests.integration.shared_apps:agent"],
-        env={"PYTHONPATH": str(REPO)},
-        listen_host=HOST_IP,
-        redis_bind=[HOST_IP],
-    )
+    cluster = _partitionable_cluster(tmp_path, "sdz")
     run_dir = cluster.run_dir
     nodes = ["agent-0", "agent-1"]
     try:

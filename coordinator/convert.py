@@ -22,6 +22,7 @@ non-increasing seqs) and closes the Session if it must.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 
 from coordinator.core import directives as d
@@ -325,6 +326,8 @@ def node_record_to_pb(value: NodeRecord) -> records_pb2.NodeRecord:
         agent_version=value.agent_version,
         written_term=value.written_term,
         kinds=list(value.kinds),
+        incarnation_secret_sha256=value.incarnation_secret_sha256,
+        store_id=value.store_id,
     )
 
 
@@ -349,6 +352,8 @@ def node_record_from_pb(msg: records_pb2.NodeRecord) -> NodeRecord:
         last_heartbeat_at_s=ms_to_s(msg.last_heartbeat_at_unix_ms),
         agent_version=msg.agent_version,
         written_term=msg.written_term,
+        incarnation_secret_sha256=bytes(msg.incarnation_secret_sha256),
+        store_id=msg.store_id,
     )
 
 
@@ -445,7 +450,12 @@ def task_progress_from_pb(msg: agent_pb2.TaskProgress) -> TaskProgress:
 
 
 def hello_to_event(session_id: str, msg: agent_pb2.Hello, now_s: float) -> ev.SessionOpened:
-    """A Hello on a Session -> SessionOpened (capacity.slots passed as sent; the core checks)."""
+    """A Hello on a Session -> SessionOpened (capacity.slots passed as sent; the core checks).
+
+    The incarnation secret is hashed here (SHA-256) and never passed further:
+    the leader keeps only the hash (DESIGN.md §4).
+    """
+    secret = bytes(msg.incarnation_secret)
     return ev.SessionOpened(
         session_id=session_id,
         node_id=msg.node_id,
@@ -459,6 +469,9 @@ def hello_to_event(session_id: str, msg: agent_pb2.Hello, now_s: float) -> ev.Se
         kinds=tuple(msg.kinds),
         held_tasks=tuple(held_task_from_pb(h) for h in msg.held_tasks),
         agent_version=msg.agent_version,
+        incarnation_secret_sha256=hashlib.sha256(secret).digest() if secret else b"",
+        store_id=msg.store_id,
+        store_previous_incarnation=msg.store_previous_incarnation,
     )
 
 
@@ -785,6 +798,17 @@ def notice_to_pb(command: EmitEvent, revision: int = 0) -> records_pb2.Event:
                 previous_incarnation=b.previous_incarnation,
                 address=b.address,
                 held_tasks=b.held_tasks,
+            )
+        )
+    elif isinstance(b, n.IdentityConflict):
+        out.identity_conflict.CopyFrom(
+            records_pb2.IdentityConflict(
+                node_id=b.node_id,
+                holder_incarnation=b.holder_incarnation,
+                claimant_incarnation=b.claimant_incarnation,
+                claimant_address=b.claimant_address,
+                holder_heard_ago_ms=_dur_ms(b.holder_heard_ago_s or 0.0),
+                reason=b.reason,
             )
         )
     elif isinstance(b, n.NodeSuspected):

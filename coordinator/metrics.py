@@ -30,6 +30,9 @@ Series:
   ``lazarus_work_redone_seconds`` (histogram, upper bound per resumed task),
   ``lazarus_task_interruption_seconds`` (histogram: owner lost -> resumed),
   ``lazarus_conflicts_total`` (forks kept from fenced owners);
+- identity (DESIGN.md §4): ``lazarus_identity_conflicts_total{reason}`` (Hellos
+  refused because another live incarnation holds the node id, or an
+  incarnation id was reused without its secret);
 - shared documents (``coordinator.documents``): ``lazarus_reconcile_seconds``
   (histogram: reconcile session start -> verified),
   ``lazarus_reconcile_sessions_total{converged}``,
@@ -52,7 +55,13 @@ from collections.abc import Callable
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 from coordinator.core import CoordinatorCore, EmitEvent, NodeState, Role, TaskState
-from coordinator.core.notices import ConflictDetected, NodeDead, RecoveryCompleted, TaskResumed
+from coordinator.core.notices import (
+    ConflictDetected,
+    IdentityConflict,
+    NodeDead,
+    RecoveryCompleted,
+    TaskResumed,
+)
 from reconcile.hub import HubStats
 
 __all__ = ["REFRESH_INTERVAL_S", "Metrics"]
@@ -181,6 +190,13 @@ class Metrics:
             "Events never archived: the backlog overflowed during a Redis outage.",
             registry=r,
         )
+        self.identity_conflicts = Counter(
+            "lazarus_identity_conflicts",
+            "Hellos refused: the node id is held by another live incarnation "
+            "(or an incarnation id was reused without its secret).",
+            ["reason"],
+            registry=r,
+        )
         self._hub_deltas = 0
         self._hub_conflicts = 0
         for state in NodeState:
@@ -241,6 +257,8 @@ class Metrics:
                 self.redone.observe(body.work_redone_s)
         elif isinstance(body, ConflictDetected):
             self.conflicts.inc()
+        elif isinstance(body, IdentityConflict):
+            self.identity_conflicts.labels(body.reason).inc()
 
     def documents_observed(self, stats: HubStats) -> None:
         """The document hub's numbers now (counters advance by what is new)."""

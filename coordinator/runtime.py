@@ -72,6 +72,7 @@ from coordinator.core import (
     Tick,
 )
 from coordinator.core.commands import batched
+from coordinator.core.notices import IdentityConflict
 from coordinator.election import Election, Leadership
 from coordinator.election import LeadershipLost as ElectionLost
 from coordinator.etcd_store import (
@@ -613,7 +614,8 @@ class CoordinatorRuntime:
     def _emit(self, command: EmitEvent) -> None:
         self.event_log.append(convert.notice_to_pb(command))
         self.observer.event_emitted(command)
-        _log.info("event term=%d %s", command.term, command.body)
+        level = logging.WARNING if isinstance(command.body, IdentityConflict) else logging.INFO
+        _log.log(level, "event term=%d %s", command.term, command.body)
 
     def _send(self, command: SendDirective) -> None:
         channel = self._channels.get(command.session_id)

@@ -24,6 +24,7 @@ import asyncio
 import contextlib
 import importlib
 import logging
+import secrets
 import time
 import uuid
 from typing import Any
@@ -135,11 +136,15 @@ class NodeAgent:
         self.app = app if app is not None else load_app(settings.app)
         self.metrics = metrics or AgentMetrics()
         self.incarnation = incarnation or uuid.uuid4().hex[:16]
+        # The proof of this incarnation (DESIGN.md §4): 128 random bits, sent in
+        # every Hello; the leader keeps only its SHA-256.
         hello = agent_pb2.Hello(
             address=settings.node_id,
             agent_version=__version__,
             started_at_unix_ms=time.time_ns() // 1_000_000,
+            incarnation_secret=secrets.token_bytes(16),
         )
+        self._hello = hello
         hello.capacity.slots = settings.slots
         hello.labels.update(settings.labels)
         if settings.advertise_kinds:
@@ -183,6 +188,15 @@ class NodeAgent:
         self._store = CheckpointStore(
             s.data_dir, durability="group", max_payload_bytes=max(s.max_payload_bytes, 1 << 16)
         )
+        holder = await asyncio.to_thread(self._store.take_holder, self.incarnation)
+        self._hello.store_id = holder.store_id
+        self._hello.store_previous_incarnation = holder.previous_incarnation
+        if holder.previous_incarnation:
+            _log.info(
+                "store %s: took over from incarnation %s (stopped: its lock was free)",
+                holder.store_id,
+                holder.previous_incarnation,
+            )
         kwargs: dict[str, Any] = {
             "socket_timeout": 2.0,
             "socket_connect_timeout": 2.0,
@@ -193,7 +207,7 @@ class NodeAgent:
         if s.redis_ca_file:
             kwargs["ssl_ca_certs"] = s.redis_ca_file
         self._redis = aioredis.from_url(s.redis_url, **kwargs)
-        replica = RedisCheckpointReplica(self._redis)
+        replica = RedisCheckpointReplica(self._redis, owner=self.incarnation)
         self._replica = replica
         self._replicator = Replicator(
             replica,
@@ -430,8 +444,23 @@ class NodeAgent:
                     call.cancel()
         except grpc.aio.AioRpcError as exc:
             reason = f"{exc.code().name}: {exc.details()}"
-            level = logging.INFO if exc.code() is grpc.StatusCode.UNAVAILABLE else logging.WARNING
-            _log.log(level, "session with %s ended: %s", target, reason)
+            if exc.code() is grpc.StatusCode.FAILED_PRECONDITION:
+                # An identity conflict (another live process holds our node id)
+                # or a protocol mismatch: nothing runs here; retry with backoff.
+                self.metrics.session_refusals.inc()
+                _log.error(
+                    "session refused by %s: %s (node %s, incarnation %s; running nothing, "
+                    "retrying with backoff)",
+                    target,
+                    exc.details(),
+                    self.settings.node_id,
+                    self.incarnation,
+                )
+            else:
+                level = (
+                    logging.INFO if exc.code() is grpc.StatusCode.UNAVAILABLE else logging.WARNING
+                )
+                _log.log(level, "session with %s ended: %s", target, reason)
         except Exception as exc:
             reason = repr(exc)
             _log.warning("session with %s failed: %r", target, exc)

@@ -13,6 +13,8 @@ Series (base units; counters end in ``_total``):
 - ``lazarus_agent_tasks_finished_total{outcome}``: completed / failed / stopped;
 - ``lazarus_agent_fence_events_total``: self-fences (every task paused, no ack in time);
 - ``lazarus_agent_session_reconnects_total``: Sessions opened after the first;
+- ``lazarus_agent_session_refusals_total``: Hellos the leader refused with
+  FAILED_PRECONDITION (another live process holds this node id);
 - ``lazarus_agent_heartbeat_rtt_seconds`` (histogram): heartbeat send to ack.
 """
 
@@ -74,6 +76,11 @@ class AgentMetrics:
         )
         self.fence_events = Counter(
             "lazarus_agent_fence_events", "Self-fences: every task paused.", registry=r
+        )
+        self.session_refusals = Counter(
+            "lazarus_agent_session_refusals",
+            "Hellos refused with FAILED_PRECONDITION (another live process holds the node id).",
+            registry=r,
         )
         self.session_reconnects = Counter(
             "lazarus_agent_session_reconnects", "Sessions opened after the first.", registry=r

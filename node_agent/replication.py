@@ -105,20 +105,32 @@ RETRYABLE_ERRORS: tuple[type[BaseException], ...] = (
 REPLICATE_LUA = r"""
 -- KEYS: 1 head (hash), 2 ckpt (string), 3 journal (zset seq -> record),
 --       4 jepoch (hash seq -> epoch)
--- ARGV: op ('write' | 'claim_load'), epoch, node_id, now_ms,
+-- ARGV: op ('write' | 'claim_load'), epoch, node_id, now_ms, owner,
 --       [write] n_events, n x (seq, epoch, record), has_ckpt ('0'|'1'),
 --               [has_ckpt] ckpt_seq, ckpt_epoch, covers, record
 -- Numbers arrive as canonical decimal strings and are stored as given (no
 -- tostring of a double). Reply: {status, current_epoch} as strings; 'claim_load'
 -- (not STALE) raises the fence and appends the state read after it, in the same
 -- atomic call: HGETALL head (flat), GET ckpt (false when none), ZRANGE journal 0 -1.
+-- The fence is (epoch, owner): owner is the writing process's incarnation. A
+-- lower epoch is STALE; so is an equal epoch from another owner once one is
+-- recorded (DESIGN.md section 4: one process per epoch).
 local head, ckpt, journal, jepoch = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local op, epoch_s, node_id, now_ms = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local op, epoch_s, node_id, now_ms, owner = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local epoch = tonumber(epoch_s)
 local head_epoch_s = redis.call('HGET', head, 'epoch')
 local head_epoch = tonumber(head_epoch_s or '0')
 if epoch < head_epoch then
   return {'STALE', head_epoch_s}
+end
+local head_owner = redis.call('HGET', head, 'owner') or ''
+if epoch == head_epoch and head_owner ~= '' and owner ~= head_owner then
+  return {'STALE', head_epoch_s}
+end
+if owner ~= '' and (epoch > head_epoch or head_owner == '') then
+  redis.call('HSET', head, 'owner', owner)
+elseif epoch > head_epoch then
+  redis.call('HDEL', head, 'owner')
 end
 local raised = epoch > head_epoch
 
@@ -144,8 +156,8 @@ local covers = tonumber(redis.call('HGET', head, 'covers') or '0')
 local journal_seq_s = redis.call('HGET', head, 'journal_seq') or '0'
 local journal_seq = tonumber(journal_seq_s)
 local changed = false
-local n = tonumber(ARGV[5])
-local i = 6
+local n = tonumber(ARGV[6])
+local i = 7
 for _ = 1, n do
   local seq_s, ev_epoch_s, rec = ARGV[i], ARGV[i + 1], ARGV[i + 2]
   i = i + 3
@@ -385,6 +397,9 @@ class RedisCheckpointReplica:
         client: a ``redis.asyncio.Redis`` (bytes replies, ``decode_responses=False``).
         prefix: key prefix, default ``"lazarus"``.
         now_ms: wall clock for ``head.updated_ms``, Unix ms.
+        owner: the writing process's incarnation, part of the fence: at an
+            equal epoch, writes and claims of another owner are STALE. "" for
+            tools that only read or seed a task no process owns yet.
     """
 
     def __init__(
@@ -393,9 +408,11 @@ class RedisCheckpointReplica:
         *,
         prefix: str = DEFAULT_PREFIX,
         now_ms: Callable[[], int] = _wall_ms,
+        owner: str = "",
     ) -> None:
         if not prefix:
             raise InvalidArgument("prefix", "must not be empty")
+        self._owner = owner
         self._client = client
         self._prefix = prefix
         self._now_ms = now_ms
@@ -416,6 +433,7 @@ class RedisCheckpointReplica:
             str(item.epoch),
             item.node_id,
             str(self._now_ms()),
+            self._owner,
             str(len(item.events)),
         ]
         for ev in item.events:
@@ -540,7 +558,7 @@ class RedisCheckpointReplica:
             for task_id, epoch, node_id in requests:
                 await self._script(
                     keys=self.keys(task_id),
-                    args=["claim_load", str(epoch), node_id, now],
+                    args=["claim_load", str(epoch), node_id, now, self._owner],
                     client=pipe,
                 )
             replies = await pipe.execute(raise_on_error=False)

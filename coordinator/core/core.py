@@ -129,6 +129,7 @@ from coordinator.core.events import (
     UncordonRequested,
 )
 from coordinator.core.guard import GuardInput, MassFailureGuard
+from coordinator.core.identity import Claim, ClaimKind, ClaimVerdict, judge_claim
 from coordinator.core.membership import NodeEntry, NodeTrigger, next_node_state
 from coordinator.core.placement import Candidate, is_eligible, place
 from coordinator.core.records import (
@@ -567,6 +568,7 @@ class CoordinatorCore:
             return
         entry = self._nodes.get(ev.node_id)
         now = self._now_s
+        verdict = ClaimVerdict(ClaimKind.NEW_NODE)
         if entry is not None:
             if entry.session_id == ev.session_id:
                 self._close_session(entry, StatusCode.INVALID_ARGUMENT, "a second Hello", out)
@@ -581,14 +583,45 @@ class CoordinatorCore:
                     )
                 )
                 return
-            if entry.connected:
+            verdict = judge_claim(
+                entry.record,
+                Claim(
+                    ev.incarnation,
+                    ev.incarnation_secret_sha256,
+                    ev.store_id,
+                    ev.store_previous_incarnation,
+                ),
+                connected=entry.connected,
+                last_heard_s=self._detector.last_heard_s(ev.node_id),
+                now_s=now,
+                dead_after_s=self._settings.dead_after_s,
+            )
+            if not verdict.kind.admitted:
                 out.sends.append(
                     CloseSession(
-                        ev.node_id,
-                        entry.session_id,
-                        StatusCode.ABORTED,
-                        "replaced by a newer Session",
+                        ev.node_id, ev.session_id, StatusCode.FAILED_PRECONDITION, verdict.message
                     )
+                )
+                out.notices.append(
+                    notices.IdentityConflict(
+                        node_id=ev.node_id,
+                        holder_incarnation=entry.record.incarnation,
+                        claimant_incarnation=ev.incarnation,
+                        claimant_address=ev.address,
+                        holder_heard_ago_s=verdict.heard_ago_s,
+                        reason=verdict.kind.value,
+                    )
+                )
+                return
+            if entry.connected:
+                why = (
+                    "replaced by a newer Session of this incarnation"
+                    if verdict.kind is ClaimKind.SAME_INCARNATION
+                    else f"incarnation {entry.record.incarnation} proven stopped: "
+                    f"{ev.incarnation} restarted in place on its store"
+                )
+                out.sends.append(
+                    CloseSession(ev.node_id, entry.session_id, StatusCode.ABORTED, why)
                 )
                 entry.session_id = ""
         prev = entry.record if entry is not None else None
@@ -611,6 +644,9 @@ class CoordinatorCore:
             labels=ev.labels,
             kinds=ev.kinds,
             agent_version=ev.agent_version,
+            incarnation_secret_sha256=ev.incarnation_secret_sha256
+            or (b"" if joined else base.incarnation_secret_sha256),
+            store_id=ev.store_id,
             incarnation_started_at_s=now if joined else base.incarnation_started_at_s,
             state_changed_at_s=now
             if prev is None or prev.state is not state
@@ -650,26 +686,87 @@ class CoordinatorCore:
             ),
             out,
         )
-        self._reconcile_held(entry, ev.held_tasks, out)
+        taken = (
+            self._take_over(entry, prev, ev.held_tasks, out)
+            if prev is not None and joined
+            else set()
+        )
+        self._reconcile_held(entry, ev.held_tasks, out, taken)
         self._placement_dirty = True
 
-    def _reconcile_held(self, entry: NodeEntry, held: tuple[HeldTask, ...], out: _Out) -> None:
-        """Answer a Hello's held tasks: re-attach what it still owns, revoke what it lost."""
+    def _take_over(
+        self, entry: NodeEntry, prev: NodeRecord, held: tuple[HeldTask, ...], out: _Out
+    ) -> set[str]:
+        """A new incarnation replaced a stopped one: move what the old one owns here, epoch + 1.
+
+        Called only once the old incarnation is proven stopped (its DEAD or
+        LEFT state, or the store proof of a restart in place). Its tasks are
+        requeued (an owner lost: one attempt spent) and pinned to this node, so
+        the new process resumes them from its own local store at once.
+
+        A task the new incarnation lists as finished at the current epoch
+        stays: the stopped incarnation computed its outcome once, and the
+        unacknowledged update that carries it follows the Welcome (the handler
+        is never run again for it).
+
+        Returns:
+            The ids of the tasks moved (the new incarnation's Hello may list them).
+        """
+        finished = {
+            h.task_id: h.epoch
+            for h in held
+            if h.status in (HeldTaskStatus.COMPLETED, HeldTaskStatus.FAILED)
+        }
+        moved: set[str] = set()
+        for task in self._tasks.owned_by(entry.node_id):
+            if task.owner_incarnation == entry.record.incarnation:
+                continue
+            if finished.get(task.task_id) == task.epoch:
+                continue
+            self._owner_lost(task, MoveReason.NODE_DEAD, out)
+            requeued = self._tasks.get(task.task_id)
+            if requeued is not None and requeued.state is TaskState.PENDING:
+                self._pinned[task.task_id] = (entry.node_id, "")
+            moved.add(task.task_id)
+        return moved
+
+    def _reconcile_held(
+        self,
+        entry: NodeEntry,
+        held: tuple[HeldTask, ...],
+        out: _Out,
+        taken: set[str] | None = None,
+    ) -> None:
+        """Answer a Hello's held tasks: re-attach what it still owns, revoke what it lost.
+
+        Tasks in ``taken`` were just moved here from a stopped incarnation:
+        their Assign (epoch + 1) follows from placement, no Revoke.
+        """
         node_id = entry.node_id
         listed: dict[str, HeldTask] = {}
         for h in held:
             listed[h.task_id] = h
         for task_id in sorted(listed):
+            if taken and task_id in taken:
+                continue
             h = listed[task_id]
             task = self._tasks.get(task_id)
             if task is None:
                 self._revoke(entry, task_id, h.epoch, 0, RevokeReason.UNKNOWN_TASK, "", out)
                 continue
             holder = _epoch_holder(task)
+            same_owner = task.owner_incarnation in ("", entry.record.incarnation)
             if task.epoch == h.epoch and holder == node_id:
                 if task.state.owned:
                     if self._revoking.get(task_id) == task.epoch:
                         continue  # revoked again below
+                    if not same_owner and h.status in (
+                        HeldTaskStatus.PAUSED,
+                        HeldTaskStatus.RUNNING,
+                    ):
+                        # Another incarnation's epoch: never re-attached (DESIGN.md §4).
+                        self._fence(entry, task, h.epoch, FenceSource.HELLO, out)
+                        continue
                     if h.status is HeldTaskStatus.PAUSED:
                         self._send(entry, self._assign_directive(task, AssignReason.REATTACH), out)
                     continue

@@ -115,6 +115,9 @@ class SessionOpened:
     kinds: tuple[str, ...] = ()
     held_tasks: tuple[HeldTask, ...] = ()
     agent_version: str = ""
+    incarnation_secret_sha256: bytes = b""
+    store_id: str = ""
+    store_previous_incarnation: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,6 +23,7 @@ from coordinator.core.records import (
 
 __all__ = [
     "ConflictDetected",
+    "IdentityConflict",
     "MassFailureGuardChanged",
     "NodeDead",
     "NodeDraining",
@@ -55,6 +56,18 @@ class NodeJoined:
     previous_incarnation: str = ""
     address: str = ""
     held_tasks: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class IdentityConflict:
+    """A Hello was refused: another live incarnation holds the node id (or reused its id)."""
+
+    node_id: str
+    holder_incarnation: str
+    claimant_incarnation: str
+    claimant_address: str = ""
+    holder_heard_ago_s: float | None = None
+    reason: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -288,6 +301,7 @@ class ZombieFenced:
 
 Notice = (
     NodeJoined
+    | IdentityConflict
     | NodeSuspected
     | NodeRecovered
     | NodeDead

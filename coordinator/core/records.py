@@ -334,6 +334,8 @@ class NodeRecord:
     last_heartbeat_at_s: float | None = None
     agent_version: str = ""
     written_term: int = 0
+    incarnation_secret_sha256: bytes = b""
+    store_id: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -124,7 +124,7 @@ class HeldTask(_message.Message):
     def __init__(self, task_id: _Optional[str] = ..., epoch: _Optional[int] = ..., attempt: _Optional[int] = ..., kind: _Optional[str] = ..., status: _Optional[_Union[HeldTaskStatus, str]] = ..., checkpoint: _Optional[_Union[_records_pb2.CheckpointSummary, _Mapping]] = ..., replicated_checkpoint_seq: _Optional[int] = ..., journal_seq: _Optional[int] = ..., replicated_journal_seq: _Optional[int] = ...) -> None: ...
 
 class Hello(_message.Message):
-    __slots__ = ("node_id", "incarnation", "address", "capacity", "labels", "held_tasks", "agent_version", "protocol_version", "started_at_unix_ms", "kinds")
+    __slots__ = ("node_id", "incarnation", "address", "capacity", "labels", "held_tasks", "agent_version", "protocol_version", "started_at_unix_ms", "kinds", "incarnation_secret", "store_id", "store_previous_incarnation")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -142,6 +142,9 @@ class Hello(_message.Message):
     PROTOCOL_VERSION_FIELD_NUMBER: _ClassVar[int]
     STARTED_AT_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
     KINDS_FIELD_NUMBER: _ClassVar[int]
+    INCARNATION_SECRET_FIELD_NUMBER: _ClassVar[int]
+    STORE_ID_FIELD_NUMBER: _ClassVar[int]
+    STORE_PREVIOUS_INCARNATION_FIELD_NUMBER: _ClassVar[int]
     node_id: str
     incarnation: str
     address: str
@@ -152,7 +155,10 @@ class Hello(_message.Message):
     protocol_version: int
     started_at_unix_ms: int
     kinds: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, node_id: _Optional[str] = ..., incarnation: _Optional[str] = ..., address: _Optional[str] = ..., capacity: _Optional[_Union[_records_pb2.NodeCapacity, _Mapping]] = ..., labels: _Optional[_Mapping[str, str]] = ..., held_tasks: _Optional[_Iterable[_Union[HeldTask, _Mapping]]] = ..., agent_version: _Optional[str] = ..., protocol_version: _Optional[int] = ..., started_at_unix_ms: _Optional[int] = ..., kinds: _Optional[_Iterable[str]] = ...) -> None: ...
+    incarnation_secret: bytes
+    store_id: str
+    store_previous_incarnation: str
+    def __init__(self, node_id: _Optional[str] = ..., incarnation: _Optional[str] = ..., address: _Optional[str] = ..., capacity: _Optional[_Union[_records_pb2.NodeCapacity, _Mapping]] = ..., labels: _Optional[_Mapping[str, str]] = ..., held_tasks: _Optional[_Iterable[_Union[HeldTask, _Mapping]]] = ..., agent_version: _Optional[str] = ..., protocol_version: _Optional[int] = ..., started_at_unix_ms: _Optional[int] = ..., kinds: _Optional[_Iterable[str]] = ..., incarnation_secret: _Optional[bytes] = ..., store_id: _Optional[str] = ..., store_previous_incarnation: _Optional[str] = ...) -> None: ...
 
 class TaskProgress(_message.Message):
     __slots__ = ("task_id", "epoch", "checkpoint_seq", "covers_journal_seq", "replicated_checkpoint_seq", "journal_seq", "replicated_journal_seq", "progress_ratio", "progress_message")

@@ -53,8 +53,11 @@ class AgentServiceServicer:
         node_id or incarnation empty, a heartbeat seq not greater than the
         previous one, a message with no body, fields this coordinator does not
         know, bytes that do not parse as an AgentMessage; the message names the
-        field), FAILED_PRECONDITION (Hello.protocol_version unsupported, or the
-        Hello's incarnation is older than the one registered), ABORTED (a newer Session of the same node replaced this one),
+        field), FAILED_PRECONDITION (Hello.protocol_version unsupported; the node
+        id is held by another live incarnation — an identity conflict, retry
+        later; or an incarnation id reused without its secret), ABORTED (a newer
+        Session of the same incarnation replaced this one, or a restart in place
+        proved this incarnation stopped),
         UNAVAILABLE (this replica is not the leader, sent after a NotLeader, or it
         lost leadership; reconnect to NotLeader.leader_address),
         RESOURCE_EXHAUSTED (a message over the size limit).

@@ -147,6 +147,7 @@ class EventType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     EVENT_TYPE_NODE_UNCORDONED: _ClassVar[EventType]
     EVENT_TYPE_NODE_LEFT: _ClassVar[EventType]
     EVENT_TYPE_MASS_FAILURE_GUARD: _ClassVar[EventType]
+    EVENT_TYPE_IDENTITY_CONFLICT: _ClassVar[EventType]
     EVENT_TYPE_TASK_SUBMITTED: _ClassVar[EventType]
     EVENT_TYPE_TASK_ASSIGNED: _ClassVar[EventType]
     EVENT_TYPE_TASK_STARTED: _ClassVar[EventType]
@@ -251,6 +252,7 @@ EVENT_TYPE_NODE_DRAINING: EventType
 EVENT_TYPE_NODE_UNCORDONED: EventType
 EVENT_TYPE_NODE_LEFT: EventType
 EVENT_TYPE_MASS_FAILURE_GUARD: EventType
+EVENT_TYPE_IDENTITY_CONFLICT: EventType
 EVENT_TYPE_TASK_SUBMITTED: EventType
 EVENT_TYPE_TASK_ASSIGNED: EventType
 EVENT_TYPE_TASK_STARTED: EventType
@@ -293,7 +295,7 @@ class NodeLoad(_message.Message):
     def __init__(self, running_tasks: _Optional[int] = ..., used_slots: _Optional[int] = ..., cpu_utilization_ratio: _Optional[float] = ..., memory_used_bytes: _Optional[int] = ..., replication_backlog_records: _Optional[int] = ..., replication_lag_ms: _Optional[int] = ...) -> None: ...
 
 class NodeRecord(_message.Message):
-    __slots__ = ("node_id", "incarnation", "address", "capacity", "labels", "state", "cordoned", "drain_id", "drain_reason", "registered_at_unix_ms", "incarnation_started_at_unix_ms", "state_changed_at_unix_ms", "last_heartbeat_at_unix_ms", "agent_version", "written_term", "kinds")
+    __slots__ = ("node_id", "incarnation", "address", "capacity", "labels", "state", "cordoned", "drain_id", "drain_reason", "registered_at_unix_ms", "incarnation_started_at_unix_ms", "state_changed_at_unix_ms", "last_heartbeat_at_unix_ms", "agent_version", "written_term", "kinds", "incarnation_secret_sha256", "store_id")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -317,6 +319,8 @@ class NodeRecord(_message.Message):
     AGENT_VERSION_FIELD_NUMBER: _ClassVar[int]
     WRITTEN_TERM_FIELD_NUMBER: _ClassVar[int]
     KINDS_FIELD_NUMBER: _ClassVar[int]
+    INCARNATION_SECRET_SHA256_FIELD_NUMBER: _ClassVar[int]
+    STORE_ID_FIELD_NUMBER: _ClassVar[int]
     node_id: str
     incarnation: str
     address: str
@@ -333,7 +337,9 @@ class NodeRecord(_message.Message):
     agent_version: str
     written_term: int
     kinds: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, node_id: _Optional[str] = ..., incarnation: _Optional[str] = ..., address: _Optional[str] = ..., capacity: _Optional[_Union[NodeCapacity, _Mapping]] = ..., labels: _Optional[_Mapping[str, str]] = ..., state: _Optional[_Union[NodeState, str]] = ..., cordoned: _Optional[bool] = ..., drain_id: _Optional[str] = ..., drain_reason: _Optional[str] = ..., registered_at_unix_ms: _Optional[int] = ..., incarnation_started_at_unix_ms: _Optional[int] = ..., state_changed_at_unix_ms: _Optional[int] = ..., last_heartbeat_at_unix_ms: _Optional[int] = ..., agent_version: _Optional[str] = ..., written_term: _Optional[int] = ..., kinds: _Optional[_Iterable[str]] = ...) -> None: ...
+    incarnation_secret_sha256: bytes
+    store_id: str
+    def __init__(self, node_id: _Optional[str] = ..., incarnation: _Optional[str] = ..., address: _Optional[str] = ..., capacity: _Optional[_Union[NodeCapacity, _Mapping]] = ..., labels: _Optional[_Mapping[str, str]] = ..., state: _Optional[_Union[NodeState, str]] = ..., cordoned: _Optional[bool] = ..., drain_id: _Optional[str] = ..., drain_reason: _Optional[str] = ..., registered_at_unix_ms: _Optional[int] = ..., incarnation_started_at_unix_ms: _Optional[int] = ..., state_changed_at_unix_ms: _Optional[int] = ..., last_heartbeat_at_unix_ms: _Optional[int] = ..., agent_version: _Optional[str] = ..., written_term: _Optional[int] = ..., kinds: _Optional[_Iterable[str]] = ..., incarnation_secret_sha256: _Optional[bytes] = ..., store_id: _Optional[str] = ...) -> None: ...
 
 class MemberRecord(_message.Message):
     __slots__ = ("member_id", "address", "metrics_address", "role", "lease_id", "candidacy_revision", "version", "started_at_unix_ms")
@@ -733,7 +739,7 @@ class DocumentRecord(_message.Message):
     def __init__(self, doc_id: _Optional[str] = ..., crdt_type: _Optional[_Union[CrdtType, str]] = ..., state_vector: _Optional[_Union[StateVector, _Mapping]] = ..., state: _Optional[bytes] = ..., codec: _Optional[str] = ..., op_count: _Optional[int] = ..., updated_at_unix_ms: _Optional[int] = ..., checksum_algorithm: _Optional[_Union[ChecksumAlgorithm, str]] = ..., checksum: _Optional[bytes] = ...) -> None: ...
 
 class Event(_message.Message):
-    __slots__ = ("revision", "occurred_at_unix_ms", "term", "leader_elected", "node_joined", "node_suspected", "node_recovered", "node_dead", "node_draining", "node_uncordoned", "node_left", "mass_failure_guard", "task_submitted", "task_assigned", "task_started", "task_reassigned", "task_resumed", "task_completed", "task_failed", "task_cancelled", "task_forked", "zombie_fenced", "conflict_detected", "recovery_completed", "reconcile_started", "reconcile_completed")
+    __slots__ = ("revision", "occurred_at_unix_ms", "term", "leader_elected", "node_joined", "node_suspected", "node_recovered", "node_dead", "node_draining", "node_uncordoned", "node_left", "mass_failure_guard", "identity_conflict", "task_submitted", "task_assigned", "task_started", "task_reassigned", "task_resumed", "task_completed", "task_failed", "task_cancelled", "task_forked", "zombie_fenced", "conflict_detected", "recovery_completed", "reconcile_started", "reconcile_completed")
     REVISION_FIELD_NUMBER: _ClassVar[int]
     OCCURRED_AT_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
     TERM_FIELD_NUMBER: _ClassVar[int]
@@ -746,6 +752,7 @@ class Event(_message.Message):
     NODE_UNCORDONED_FIELD_NUMBER: _ClassVar[int]
     NODE_LEFT_FIELD_NUMBER: _ClassVar[int]
     MASS_FAILURE_GUARD_FIELD_NUMBER: _ClassVar[int]
+    IDENTITY_CONFLICT_FIELD_NUMBER: _ClassVar[int]
     TASK_SUBMITTED_FIELD_NUMBER: _ClassVar[int]
     TASK_ASSIGNED_FIELD_NUMBER: _ClassVar[int]
     TASK_STARTED_FIELD_NUMBER: _ClassVar[int]
@@ -772,6 +779,7 @@ class Event(_message.Message):
     node_uncordoned: NodeUncordoned
     node_left: NodeLeft
     mass_failure_guard: MassFailureGuardChanged
+    identity_conflict: IdentityConflict
     task_submitted: TaskSubmitted
     task_assigned: TaskAssigned
     task_started: TaskStarted
@@ -786,7 +794,7 @@ class Event(_message.Message):
     recovery_completed: RecoveryCompleted
     reconcile_started: ReconcileStarted
     reconcile_completed: ReconcileCompleted
-    def __init__(self, revision: _Optional[int] = ..., occurred_at_unix_ms: _Optional[int] = ..., term: _Optional[int] = ..., leader_elected: _Optional[_Union[LeaderElected, _Mapping]] = ..., node_joined: _Optional[_Union[NodeJoined, _Mapping]] = ..., node_suspected: _Optional[_Union[NodeSuspected, _Mapping]] = ..., node_recovered: _Optional[_Union[NodeRecovered, _Mapping]] = ..., node_dead: _Optional[_Union[NodeDead, _Mapping]] = ..., node_draining: _Optional[_Union[NodeDraining, _Mapping]] = ..., node_uncordoned: _Optional[_Union[NodeUncordoned, _Mapping]] = ..., node_left: _Optional[_Union[NodeLeft, _Mapping]] = ..., mass_failure_guard: _Optional[_Union[MassFailureGuardChanged, _Mapping]] = ..., task_submitted: _Optional[_Union[TaskSubmitted, _Mapping]] = ..., task_assigned: _Optional[_Union[TaskAssigned, _Mapping]] = ..., task_started: _Optional[_Union[TaskStarted, _Mapping]] = ..., task_reassigned: _Optional[_Union[TaskReassigned, _Mapping]] = ..., task_resumed: _Optional[_Union[TaskResumed, _Mapping]] = ..., task_completed: _Optional[_Union[TaskCompleted, _Mapping]] = ..., task_failed: _Optional[_Union[TaskFailed, _Mapping]] = ..., task_cancelled: _Optional[_Union[TaskCancelled, _Mapping]] = ..., task_forked: _Optional[_Union[TaskForked, _Mapping]] = ..., zombie_fenced: _Optional[_Union[ZombieFenced, _Mapping]] = ..., conflict_detected: _Optional[_Union[ConflictDetected, _Mapping]] = ..., recovery_completed: _Optional[_Union[RecoveryCompleted, _Mapping]] = ..., reconcile_started: _Optional[_Union[ReconcileStarted, _Mapping]] = ..., reconcile_completed: _Optional[_Union[ReconcileCompleted, _Mapping]] = ...) -> None: ...
+    def __init__(self, revision: _Optional[int] = ..., occurred_at_unix_ms: _Optional[int] = ..., term: _Optional[int] = ..., leader_elected: _Optional[_Union[LeaderElected, _Mapping]] = ..., node_joined: _Optional[_Union[NodeJoined, _Mapping]] = ..., node_suspected: _Optional[_Union[NodeSuspected, _Mapping]] = ..., node_recovered: _Optional[_Union[NodeRecovered, _Mapping]] = ..., node_dead: _Optional[_Union[NodeDead, _Mapping]] = ..., node_draining: _Optional[_Union[NodeDraining, _Mapping]] = ..., node_uncordoned: _Optional[_Union[NodeUncordoned, _Mapping]] = ..., node_left: _Optional[_Union[NodeLeft, _Mapping]] = ..., mass_failure_guard: _Optional[_Union[MassFailureGuardChanged, _Mapping]] = ..., identity_conflict: _Optional[_Union[IdentityConflict, _Mapping]] = ..., task_submitted: _Optional[_Union[TaskSubmitted, _Mapping]] = ..., task_assigned: _Optional[_Union[TaskAssigned, _Mapping]] = ..., task_started: _Optional[_Union[TaskStarted, _Mapping]] = ..., task_reassigned: _Optional[_Union[TaskReassigned, _Mapping]] = ..., task_resumed: _Optional[_Union[TaskResumed, _Mapping]] = ..., task_completed: _Optional[_Union[TaskCompleted, _Mapping]] = ..., task_failed: _Optional[_Union[TaskFailed, _Mapping]] = ..., task_cancelled: _Optional[_Union[TaskCancelled, _Mapping]] = ..., task_forked: _Optional[_Union[TaskForked, _Mapping]] = ..., zombie_fenced: _Optional[_Union[ZombieFenced, _Mapping]] = ..., conflict_detected: _Optional[_Union[ConflictDetected, _Mapping]] = ..., recovery_completed: _Optional[_Union[RecoveryCompleted, _Mapping]] = ..., reconcile_started: _Optional[_Union[ReconcileStarted, _Mapping]] = ..., reconcile_completed: _Optional[_Union[ReconcileCompleted, _Mapping]] = ...) -> None: ...
 
 class LeaderElected(_message.Message):
     __slots__ = ("leader_id", "leader_address", "term", "previous_term")
@@ -813,6 +821,22 @@ class NodeJoined(_message.Message):
     address: str
     held_tasks: int
     def __init__(self, node_id: _Optional[str] = ..., incarnation: _Optional[str] = ..., previous_incarnation: _Optional[str] = ..., address: _Optional[str] = ..., held_tasks: _Optional[int] = ...) -> None: ...
+
+class IdentityConflict(_message.Message):
+    __slots__ = ("node_id", "holder_incarnation", "claimant_incarnation", "claimant_address", "holder_heard_ago_ms", "reason")
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    HOLDER_INCARNATION_FIELD_NUMBER: _ClassVar[int]
+    CLAIMANT_INCARNATION_FIELD_NUMBER: _ClassVar[int]
+    CLAIMANT_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    HOLDER_HEARD_AGO_MS_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    node_id: str
+    holder_incarnation: str
+    claimant_incarnation: str
+    claimant_address: str
+    holder_heard_ago_ms: int
+    reason: str
+    def __init__(self, node_id: _Optional[str] = ..., holder_incarnation: _Optional[str] = ..., claimant_incarnation: _Optional[str] = ..., claimant_address: _Optional[str] = ..., holder_heard_ago_ms: _Optional[int] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class NodeSuspected(_message.Message):
     __slots__ = ("node_id", "incarnation", "reason", "last_heartbeat_at_unix_ms", "phi")

@@ -1158,6 +1158,47 @@ class CheckpointStore:
         """
         self._call(self._put_meta_op(task_id, meta))
 
+    def take_holder(self, incarnation: str) -> StoreHolder:
+        """Record ``incarnation`` as the process holding this store's exclusive lock.
+
+        Called once by a node agent after it opened the store. The store id is
+        created on first use and never changes; the previous holder is the
+        incarnation recorded by the process that held the lock before. Since
+        the lock is an ``flock`` released when its process dies, a previous
+        holder named here has stopped: on one host that is the proof of a
+        restart in place (DESIGN.md §4). It says nothing about a process on
+        another host that opened a copy of the files, so a data directory must
+        never be shared or copied between hosts while an agent runs on it.
+
+        Args:
+            incarnation: the new holder's incarnation id, non-empty.
+
+        Returns:
+            The store id and the previous holder ("" for a new store).
+
+        Raises:
+            InvalidArgument: an empty incarnation.
+        """
+        if not incarnation:
+            raise InvalidArgument("incarnation", "must not be empty")
+
+        def op(conn: sqlite3.Connection, heads: _Heads) -> StoreHolder:
+            rows = dict(
+                conn.execute(
+                    "SELECT key, value FROM meta WHERE key IN ('store_id', 'holder_incarnation')"
+                ).fetchall()
+            )
+            store_id = str(rows.get("store_id") or uuid.uuid4().hex)
+            previous = str(rows.get("holder_incarnation") or "")
+            conn.execute(
+                "INSERT INTO meta (key, value) VALUES ('store_id', ?), ('holder_incarnation', ?) "
+                "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                (store_id, incarnation),
+            )
+            return StoreHolder(store_id, previous)
+
+        return self._call(op)
+
     def metas(self) -> dict[str, bytes]:
         """Every task's meta blob, by task id."""
         with self._read_txn() as conn:
@@ -1334,6 +1375,19 @@ class CheckpointStore:
             return self._read_pool
 
 
+@dataclass(frozen=True, slots=True)
+class StoreHolder:
+    """Who holds a local store (``CheckpointStore.take_holder``).
+
+    Attributes:
+        store_id: stable id of the store, 32 hex digits.
+        previous_incarnation: the incarnation that held its lock before; "" for a new store.
+    """
+
+    store_id: str
+    previous_incarnation: str
+
+
 class AsyncCheckpointStore:
     """The asyncio face of a ``CheckpointStore`` (``store.aio``).
 
@@ -1443,5 +1497,6 @@ __all__ = [
     "AsyncCheckpointStore",
     "CheckpointStore",
     "CheckpointStoreError",
+    "StoreHolder",
     "VerifyReport",
 ]

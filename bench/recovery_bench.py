@@ -19,6 +19,16 @@ before the signal (``fault``):
 - ``kill``: SIGKILL the victim; its Session stream closes at once.
 - ``silent``: SIGSTOP the victim; nothing closes, its heartbeats just stop.
   It is SIGKILLed after the measurement (no zombie traffic afterwards).
+- ``restart`` (issue [identity]): SIGKILL the victim and start it again at
+  once with the same node id and data dir, as a container restarted in its pod.
+  The new process holds the store's lock and names the old incarnation as its
+  previous holder: the leader takes that as proof the old one stopped and moves
+  its tasks to the new incarnation at epoch + 1 without waiting for a DEAD
+  verdict. No survivors join. Measured: ``hello_to_running_s``, the new
+  incarnation's ``NodeJoined`` -> the last of the N ``TaskResumed`` at epoch 2
+  (leader's log), and ``hello_to_running_polled_s`` (-> the end of the first
+  ``ListTasks`` poll showing all N RUNNING at epoch 2 on the victim); a task
+  resumed below its replicated checkpoint counts as lost work.
 
 Measured from the coordinators' JSON logs (``ts``, Unix s, same clock) and,
 independently, by polling ``ListTasks`` on a follower replica (its etcd cache,
@@ -475,6 +485,237 @@ async def run_trial(
     return trial
 
 
+def _on_victim_again(ids: set[str]) -> Callable[[list[records_pb2.TaskRecord]], bool]:
+    def check(tasks: list[records_pb2.TaskRecord]) -> bool:
+        mine = [t for t in tasks if t.task_id in ids]
+        return len(mine) == len(ids) and all(
+            t.state == records_pb2.TASK_STATE_RUNNING and t.owner_node_id == VICTIM and t.epoch == 2
+            for t in mine
+        )
+
+    return check
+
+
+async def run_restart_trial(
+    run_dir: Path, n_tasks: int, *, say: Callable[[str], None] = print
+) -> dict[str, Any]:
+    """SIGKILL the victim and start it again on its data dir; time its tasks running again.
+
+    Args:
+        run_dir: directory for the cluster's logs and stores (created).
+        n_tasks: tasks on the victim (>= 1).
+        say: where progress lines go.
+
+    Returns:
+        A JSON-serialisable dict (``hello_to_running_s`` and the other ``restart``
+        figures of the module docstring).
+
+    Raises:
+        BenchError: the cluster did not get to the fault (logs stay in ``run_dir``).
+    """
+    started = time.monotonic()
+    body = json.dumps(SLEEP_PAYLOAD).encode()
+    slots = str(max(n_tasks, 8))
+    cluster = LocalCluster(run_dir, coordinators=3, agents=0, cluster=f"rr-{uuid.uuid4().hex[:8]}")
+    try:
+        await asyncio.to_thread(cluster.start)
+        victim = cluster.add_agent("--slots", slots)
+        await cluster.ready(STARTUP_S)
+        leader_address, follower_address = await _roles(cluster)
+        async with (
+            grpc.aio.insecure_channel(leader_address, options=GRPC_OPTIONS) as to_leader,
+            grpc.aio.insecure_channel(follower_address, options=GRPC_OPTIONS) as to_follower,
+        ):
+            leader: Any = coordinator_pb2_grpc.CoordinatorServiceStub(to_leader)  # type: ignore[no-untyped-call]
+            follower: Any = coordinator_pb2_grpc.CoordinatorServiceStub(to_follower)  # type: ignore[no-untyped-call]
+            ids: set[str] = set()
+            while len(ids) < n_tasks:
+                wave = min(SUBMIT_WAVE, n_tasks - len(ids))
+                ids |= set(await _submit_all(leader, wave, f"{run_dir.name}-{len(ids)}", body))
+                await _wait_for(
+                    f"{len(ids)} tasks RUNNING on {VICTIM}", WAVE_S, _on_victim(ids), follower
+                )
+            before = await _wait_for(
+                "a replicated checkpoint for every task",
+                CHECKPOINT_WAIT_S,
+                lambda ts: all(
+                    x.last_replicated_checkpoint.seq >= 1 for x in ts if x.task_id in ids
+                ),
+                follower,
+            )
+            replicated_seq = {x.task_id: x.last_replicated_checkpoint.seq for x in before}
+            setup_s = time.monotonic() - started
+            say(f"  restart x{n_tasks}: set up in {setup_s:.1f} s; SIGKILL + start")
+            load_1m = os.getloadavg()[0]
+            others = other_lazarus_processes(run_dir)
+            fault = time.time()
+            victim.kill()  # SIGKILL and reap
+            restarted = time.time()
+            victim.start()  # same node id, same data dir: a new incarnation
+            check = _on_victim_again(ids)
+            poll: tuple[float, float] | None = None
+            tasks: list[records_pb2.TaskRecord] = []
+            while time.time() - fault < RECOVERY_BOUND_S:
+                begun = time.time()
+                with contextlib.suppress(grpc.aio.AioRpcError):
+                    tasks = await _list_tasks(follower)
+                    if check(tasks):
+                        poll = (begun, time.time())
+                        break
+                await asyncio.sleep(POLL_S)
+        await asyncio.sleep(1.0)  # the leader's log lines of that step
+        evs = events(cluster)
+    finally:
+        for agent in cluster.agents:
+            agent.kill()
+        await asyncio.to_thread(cluster.stop)
+
+    after = fault - 0.001
+    joined = next(
+        (
+            e
+            for e in evs
+            if e[1] == "NodeJoined"
+            and e[0] >= after
+            and e[2].get("node_id") == VICTIM
+            and e[2].get("previous_incarnation")
+        ),
+        None,
+    )
+    resumed = [
+        e
+        for e in evs
+        if e[1] == "TaskResumed"
+        and e[0] >= after
+        and e[2]["task_id"] in ids
+        and e[2].get("epoch") == "2"
+    ]
+    first_resume: dict[str, tuple[float, dict[str, str]]] = {}
+    for e in resumed:
+        first_resume.setdefault(e[2]["task_id"], (e[0], e[2]))
+    hello_ts = joined[0] if joined else None
+    all_resumed_ts = (
+        max(ts for ts, _ in first_resume.values()) if len(first_resume) == len(ids) else None
+    )
+    by_id = {t.task_id: t for t in tasks}
+    lost = sorted(
+        i
+        for i in ids
+        if i not in by_id or by_id[i].epoch != 2 or by_id[i].state != records_pb2.TASK_STATE_RUNNING
+    )
+
+    def since(ts: float | None, origin: float | None) -> float | None:
+        return None if ts is None or origin is None else round(ts - origin, 4)
+
+    trial: dict[str, Any] = {
+        "mode": "restart",
+        "n_tasks": n_tasks,
+        "kill_to_hello_s": since(hello_ts, fault),
+        "start_to_hello_s": since(hello_ts, restarted),
+        "hello_to_running_s": since(all_resumed_ts, hello_ts),
+        "hello_to_running_polled_s": since(poll[1] if poll else None, hello_ts),
+        "resumed": len(first_resume),
+        "resumed_from_redis": sum(f.get("from_redis") == "True" for _, f in first_resume.values()),
+        "resumed_below_replicated": sum(
+            int(f.get("resumed_from_seq", "0")) < replicated_seq.get(i, 0)
+            for i, (_, f) in first_resume.items()
+        ),
+        "redone_checkpoints": sum(
+            int(f.get("redone_checkpoints", "0")) for _, f in first_resume.values()
+        ),
+        "tasks_lost": len(lost),
+        "lost_sample": lost[:5],
+        "final_epochs": dict(sorted(Counter(str(t.epoch) for t in tasks).items())),
+        "loadavg_1m_at_fault": round(load_1m, 2),
+        "other_lazarus_processes_at_fault": others,
+        "setup_s": round(setup_s, 1),
+        "trial_s": round(time.monotonic() - started, 1),
+    }
+    say(
+        f"  restart x{n_tasks}: kill -> Hello {_fmt(trial['kill_to_hello_s'])} s, Hello -> all "
+        f"running {_fmt(trial['hello_to_running_s'])} s (polled "
+        f"{_fmt(trial['hello_to_running_polled_s'])} s), lost {trial['tasks_lost']}, below "
+        f"replicated {trial['resumed_below_replicated']}"
+    )
+    return trial
+
+
+RESTART_TARGET_S = 1.5
+"""Issue [identity]: SIGKILL -> tasks running again within this of the new process's Hello."""
+RESTART_FIGURES = (
+    "kill_to_hello_s",
+    "start_to_hello_s",
+    "hello_to_running_s",
+    "hello_to_running_polled_s",
+)
+
+
+def restart_readme(result: dict[str, Any]) -> str:
+    """The restart-in-place section of bench/README.md."""
+    rows = [
+        "| tasks | trials | kill -> Hello | Hello -> all running (log) | Hello -> all running "
+        "(polled) | resumed below replicated | lost |",
+        "|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    lines = []
+    for key, g in result["groups"].items():
+        n = int(key.split("x")[1])
+
+        def cell(s: dict[str, Any]) -> str:
+            return "-" if not s.get("n") else f"{s['p50']:.2f} / {s['p99']:.2f}"
+
+        rows.append(
+            f"| {n:,} | {g['trials']} | {cell(g['kill_to_hello_s'])} | "
+            f"{cell(g['hello_to_running_s'])} | {cell(g['hello_to_running_polled_s'])} | "
+            f"{g['resumed_below_replicated']} | {g['tasks_lost']} |"
+        )
+        p99 = g["hello_to_running_s"].get("p99")
+        lines.append(
+            f"- {n:,} tasks: Hello -> all running p99 "
+            f"{_verdict(p99, RESTART_TARGET_S)}; {g['tasks_lost']} lost."
+        )
+    table_md = "\n".join(rows)
+    reading_md = "\n".join(lines)
+    return f"""## Restart in place: SIGKILL, then start again on the same data dir
+
+`recovery_bench.py --modes restart`.
+
+Issue [identity] acceptance. A fresh cluster per trial (etcd, Redis, 3
+coordinators, defaults); the victim holds all N `sleep` tasks, each with a
+replicated checkpoint; it is SIGKILLed and started again at once with the same
+node id and data dir. The new process opens the same store, holds its lock and
+names the killed incarnation as the lock's previous holder, so the leader moves
+the tasks to it at epoch + 1 at once (no DEAD verdict, DESIGN.md section 4).
+Times from the leader's log: the new incarnation's `NodeJoined` (its Hello) ->
+the last `TaskResumed` at epoch 2; "polled" by `ListTasks` on a follower every
+{POLL_S * 1000:g} ms. Cells p50 / p99 in seconds (nearest rank: the max at
+{result["trials"]} trials). Measured {today()}; {_conditions(result)}
+`.venv/bin/python bench/recovery_bench.py --modes restart --sizes 100 --trials 10`.
+
+{table_md}
+
+Against the target (all running again <= {RESTART_TARGET_S:g} s after the Hello):
+
+{reading_md}
+"""
+
+
+def summarize_restart(all_trials: list[dict[str, Any]]) -> dict[str, Any]:
+    """``stats`` of each restart figure over the trials that got to the fault."""
+    trials = [t for t in all_trials if "error" not in t]
+    out: dict[str, Any] = {name: stats([t[name] for t in trials]) for name in RESTART_FIGURES}
+    out["trials"] = len(trials)
+    out["setup_failures"] = len(all_trials) - len(trials)
+    for name in (
+        "tasks_lost",
+        "resumed_below_replicated",
+        "redone_checkpoints",
+        "resumed_from_redis",
+    ):
+        out[name] = sum(t[name] for t in trials)
+    return out
+
+
 def _fmt(v: float | None) -> str:
     return "-" if v is None else f"{v:.3f}"
 
@@ -734,7 +975,12 @@ async def bench(
         while sum("error" not in t for t in out[key]) < trials and attempt < trials + SPARE_TRIALS:
             run_dir = workdir / f"{key}-{attempt}"
             try:
-                trial = await run_trial(run_dir, n, mode, say=lambda s: print(s, flush=True))
+                say = lambda s: print(s, flush=True)  # noqa: E731
+                trial = (
+                    await run_restart_trial(run_dir, n, say=say)
+                    if mode == "restart"
+                    else await run_trial(run_dir, n, mode, say=say)
+                )
             except Exception as exc:  # in practice the set-up (a port taken, a slow start)
                 print(f"  {mode} x{n}: set-up failed ({exc!r}); logs in {run_dir}", flush=True)
                 trial = {"mode": mode, "n_tasks": n, "error": repr(exc)[:2000]}
@@ -755,7 +1001,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="100,1000", help="tasks on the victim, comma-separated")
     parser.add_argument("--trials", type=int, default=10, help="faults per mode and size")
-    parser.add_argument("--modes", default="kill,silent", help="kill, silent or both")
+    parser.add_argument(
+        "--modes",
+        default="kill,silent",
+        help="kill, silent, restart (comma-separated); restart writes its own README section",
+    )
     parser.add_argument(
         "--silent-sizes",
         default="100",
@@ -772,6 +1022,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.report_from is not None:
         recorded = json.loads(args.report_from.read_text())
+        if recorded.get("benchmark") == "restart_in_place":
+            write_section("restart", restart_readme(recorded))
+            return 0
         print(table(recorded["groups"]))
         write_section("recovery", readme(recorded))
         return 0
@@ -783,7 +1036,17 @@ def main(argv: list[str] | None = None) -> int:
         if args.dry_run or args.silent_sizes == "all"
         else [int(s) for s in args.silent_sizes.split(",")]
     )
-    plan = [(mode, n) for mode in modes for n in sizes if mode == "kill" or n in silent_sizes]
+    plan = [
+        (mode, n)
+        for mode in modes
+        for n in sizes
+        if mode in ("kill", "restart") or n in silent_sizes
+    ]
+    if "restart" in modes and len(modes) > 1:
+        parser.error("--modes restart runs alone (it writes its own results and section)")
+    restart = modes == ["restart"]
+    if restart and args.out == RESULTS:
+        args.out = RESULTS_DIR / "restart.json"
     plan.sort(key=lambda step: step[1])  # small sizes first: the big ones may need the time
     signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
     signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -795,7 +1058,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def result_of(raw: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
         return {
-            "benchmark": "node_recovery",
+            "benchmark": "restart_in_place" if restart else "node_recovery",
             "date": today(),
             "started_at_unix_s": round(started),
             "elapsed_s": round(time.time() - started, 1),
@@ -824,7 +1087,10 @@ def main(argv: list[str] | None = None) -> int:
             "loadavg_after": [round(x, 2) for x in os.getloadavg()],
             "code": code,
             "complete": False,
-            "groups": {key: summarize(ts) for key, ts in raw.items()},
+            "groups": {
+                key: (summarize_restart(ts) if restart else summarize(ts))
+                for key, ts in raw.items()
+            },
             "samples": raw,
         }
 
@@ -843,6 +1109,12 @@ def main(argv: list[str] | None = None) -> int:
     groups = result["groups"]
     write_json(args.out, result)
     print(f"\nwrote {args.out} ({result['elapsed_s']:.0f} s)")
+    if restart:
+        section = restart_readme(result)
+        print(section)
+        if not args.dry_run:
+            write_section("restart", section)
+        return 0
     print(table(groups))
     print(reading(groups))
     if not args.dry_run:

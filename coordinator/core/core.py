@@ -625,7 +625,7 @@ class CoordinatorCore:
                 )
                 entry.session_id = ""
         prev = entry.record if entry is not None else None
-        joined = prev is None or prev.incarnation != ev.incarnation
+        joined = prev is None or prev.incarnation != ev.incarnation or verdict.kind.takes_over
         cordoned = prev.cordoned if prev is not None else False
         if prev is None:
             state = NodeState.DRAINING if cordoned else NodeState.ALIVE

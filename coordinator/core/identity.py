@@ -24,9 +24,11 @@ decides, from facts the core holds, what the claim is:
                     Session or was heard within ``dead_after``: refused
                     (FAILED_PRECONDITION); the holder is not disturbed.
 ``IMPOSTOR``        the registered incarnation's public id without its
-                    secret: refused (FAILED_PRECONDITION). A process that
-                    restarts always picks a new incarnation, so only a
-                    confused or hostile one reuses an id.
+                    secret while that incarnation is live: refused
+                    (FAILED_PRECONDITION). A process that restarts always
+                    picks a new incarnation, so only a confused or hostile
+                    one reuses an id; once the holder is DEAD or LEFT such a
+                    claim is treated as a new incarnation (``HOLDER_GONE``).
 ==================  =======================================================
 
 Nothing here reads a clock: ``now_s`` and the last-heard time are passed in.
@@ -122,17 +124,21 @@ def judge_claim(
         return ClaimVerdict(ClaimKind.NEW_NODE)
     node_id, holder = record.node_id, record.incarnation
     heard_ago = None if last_heard_s is None else max(0.0, now_s - last_heard_s)
+    gone = record.state in (NodeState.DEAD, NodeState.LEFT)
     if claim.incarnation == holder:
         known = record.incarnation_secret_sha256
-        if known and claim.secret_sha256 != known:
-            return ClaimVerdict(
-                ClaimKind.IMPOSTOR,
-                heard_ago,
-                f"node id {node_id} incarnation {holder} is registered with another secret; "
-                "a new process must use a new incarnation",
-            )
-        return ClaimVerdict(ClaimKind.SAME_INCARNATION, heard_ago)
-    if record.state in (NodeState.DEAD, NodeState.LEFT):
+        if not known or claim.secret_sha256 == known:
+            return ClaimVerdict(ClaimKind.SAME_INCARNATION, heard_ago)
+        # Without its secret the claim is another incarnation that reuses the id.
+        if gone:
+            return ClaimVerdict(ClaimKind.HOLDER_GONE, heard_ago)
+        return ClaimVerdict(
+            ClaimKind.IMPOSTOR,
+            heard_ago,
+            f"node id {node_id} incarnation {holder} is registered with another secret; "
+            "a new process must use a new incarnation",
+        )
+    if gone:
         return ClaimVerdict(ClaimKind.HOLDER_GONE, heard_ago)
     if (
         claim.store_id

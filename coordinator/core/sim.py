@@ -3,7 +3,10 @@
 Theory of operation (after TigerBeetle's VOPR): one ``random.Random(seed)``
 drives everything: heartbeat jitter, message latency, task sizes, and a fault
 schedule of process crashes (with and without a closed stream), restarts under
-a new incarnation, partitions (silent, stream left open), stream blips, mass
+a new incarnation (on the same store, which proves the old process gone, or on
+a fresh one), a second process started under a live node id (its own store, or
+the holder's public incarnation id without its secret: DESIGN.md §4),
+partitions (silent, stream left open), stream blips, mass
 partitions of most of the fleet, drains, cancels, duplicate submissions, and
 leader failovers that crash the leader part-way through a command list. Time
 is simulated: an event queue ordered by (time, sequence number).
@@ -29,8 +32,10 @@ task epoch never decreases, each (task, epoch) has one owner; every Assign
 directive matches what etcd holds; every newly placed task goes to an ALIVE,
 uncordoned, connected node; every accepted task is in the table in exactly one
 state; a node is declared DEAD only after ``dead_after_s`` without a message
-reaching the leader; and, on the agents' side, no task ever runs on two
-unfenced agents at once (the old owner has paused before the new one starts).
+reaching the leader; and, on the agents' side, no task ever runs in two
+unfenced processes at once, whatever their epochs (the old owner has paused
+before the new one starts), and the Redis stand-in refuses a write of an older
+epoch or of another incarnation at an equal one.
 Liveness phase: every fault heals; by the end every accepted task is
 terminal, every node is ALIVE, and the guard is released.
 
@@ -127,6 +132,9 @@ class SimConfig:
         detector: which failure detector the core uses.
         max_latency_s: one-way message latency is uniform in [0.5 ms, this].
         heartbeat_jitter_s: each heartbeat is late by up to this much.
+        duplicates: whether identity faults are part of the schedule: second
+            processes under a live node id, impostors of an incarnation id, and
+            restarts on a fresh store (no proof the old process stopped).
     """
 
     nodes: int = 5
@@ -139,6 +147,7 @@ class SimConfig:
     detector: DetectorKind = DetectorKind.FIXED_TIMEOUT
     max_latency_s: float = 0.02
     heartbeat_jitter_s: float = 0.1
+    duplicates: bool = True
 
 
 @dataclass(slots=True)
@@ -154,6 +163,8 @@ class SimReport:
     moved_tasks: int = 0
     migrated_tasks: int = 0
     failovers: int = 0
+    identity_conflicts: int = 0
+    restarts_proven: int = 0
     completed: int = 0
     failed: int = 0
     cancelled: int = 0
@@ -171,6 +182,9 @@ class _Held:
 class _Agent:
     node_id: str
     incarnation_no: int = 0
+    store_id: str = ""  # its local store; a restart on the same store proves the old process gone
+    previous_incarnation: str = ""  # the store lock's previous holder, sent in Hello
+    impostor_of: str = ""  # claims this incarnation id without its secret
     alive: bool = True
     partitioned_until: float = 0.0
     stream: str = ""
@@ -185,7 +199,12 @@ class _Agent:
 
     @property
     def incarnation(self) -> str:
-        return f"{self.node_id}#{self.incarnation_no}"
+        return self.impostor_of or f"{self.node_id}#{self.incarnation_no}"
+
+    @property
+    def secret_sha256(self) -> bytes:
+        """Stands in for SHA-256 of the process's random secret: unique per process."""
+        return f"{self.node_id}#{self.incarnation_no}:{self.store_id}".encode()
 
 
 class Simulation:
@@ -219,8 +238,13 @@ class Simulation:
         self.term = 0
         self.etcd_nodes: dict[str, NodeRecord] = {}
         self.etcd_tasks: dict[str, TaskRecord] = {}
-        self.redis: dict[str, tuple[int, int]] = {}
-        self.agents = {f"n{i}": _Agent(f"n{i}") for i in range(self.config.nodes)}
+        self.redis: dict[str, tuple[int, int, str]] = {}  # epoch, progress, owner
+        self.agents = {
+            f"n{i}": _Agent(f"n{i}", store_id=f"n{i}/store0") for i in range(self.config.nodes)
+        }
+        # Second processes under a node id the primary holds (DESIGN.md §4 faults).
+        self.extras: list[_Agent] = []
+        self._stores = 0
         self.work_units: dict[str, int] = {}
         self.accepted: dict[str, str] = {}  # request id -> task id
         self.epoch_owner: dict[tuple[str, int], str] = {}
@@ -315,7 +339,7 @@ class Simulation:
         if commands:
             self._execute(commands[: self.rng.randrange(len(commands) + 1)])
         self.core = None
-        for agent in self.agents.values():
+        for agent in self._processes():
             if agent.stream:  # the leader's end of every stream is gone
                 self._break(agent.stream)
                 self._at(self.now + self._latency(), partial(self._lost, agent, agent.stream))
@@ -365,7 +389,7 @@ class Simulation:
                 if command.status is StatusCode.OK and command.created:
                     self.accepted[command.request_id] = command.task_id
             elif isinstance(command, CloseSession):
-                agent = self.agents.get(command.node_id)
+                agent = self._process_for(command.node_id, command.session_id)
                 if agent is not None:  # the close follows what was sent before it
                     self._transmit(
                         agent,
@@ -443,15 +467,19 @@ class Simulation:
                         f"{body.node_id} declared DEAD {self.now - heard:.3f}s after a message"
                     )
 
+    def _processes(self) -> list[_Agent]:
+        return [*self.agents.values(), *self.extras]
+
     def _check_two_owners(self, task_id: str, agent: _Agent, epoch: int) -> None:
-        for other in self.agents.values():
+        """No other live process runs the task, at any epoch (time, not epochs)."""
+        for other in self._processes():
             if other is agent or not other.alive:
                 continue
             held = other.tasks.get(task_id)
-            if held is not None and held.status is HeldTaskStatus.RUNNING and held.epoch != epoch:
+            if held is not None and held.status is HeldTaskStatus.RUNNING:
                 self._fail(
-                    f"task {task_id} starts on {agent.node_id}@{epoch} while "
-                    f"{other.node_id}@{held.epoch} still runs it"
+                    f"task {task_id} starts on {agent.node_id}/{agent.incarnation}@{epoch} while "
+                    f"{other.node_id}/{other.incarnation}@{held.epoch} still runs it"
                 )
 
     def _observe(self, body: notices.Notice) -> None:
@@ -461,6 +489,12 @@ class Simulation:
             self.report.guard_engaged += 1
         elif isinstance(body, notices.ZombieFenced):
             self.report.zombies_fenced += 1
+        elif isinstance(body, notices.IdentityConflict):
+            self.report.identity_conflicts += 1
+        elif isinstance(body, notices.NodeJoined) and body.previous_incarnation:
+            agent = self.agents.get(body.node_id)
+            if agent is not None and agent.previous_incarnation == body.previous_incarnation:
+                self.report.restarts_proven += 1
         elif isinstance(body, notices.TaskReassigned):
             self.report.moved_tasks += 1
             if body.reason is MoveReason.MIGRATE:
@@ -522,6 +556,8 @@ class Simulation:
                 "cancel",
                 "failover",
                 "migrate",
+                "duplicate",
+                "impostor",
             ],
             weights=[
                 3,
@@ -533,6 +569,8 @@ class Simulation:
                 1,
                 0.6 if self.config.failovers else 0,
                 1 if self.config.migrations else 0,
+                1 if self.config.duplicates else 0,
+                0.5 if self.config.duplicates else 0,
             ],
         )[0]
         self.report.faults[kind] = self.report.faults.get(kind, 0) + 1
@@ -568,6 +606,34 @@ class Simulation:
             self._failover()
         elif kind == "migrate" and self.core is not None:
             self._migrate(agent.node_id)
+        elif kind in ("duplicate", "impostor"):
+            self._start_duplicate(agent, impostor=kind == "impostor")
+
+    def _start_duplicate(self, primary: _Agent, *, impostor: bool) -> None:
+        """A second process under ``primary``'s node id, on a store of its own.
+
+        ``impostor``: it claims the primary's public incarnation id without its
+        secret. It runs the agent's rules like any process (Hello, heartbeats,
+        self-fence) until the operator stops it.
+        """
+        self._stores += 1
+        extra = _Agent(
+            primary.node_id,
+            incarnation_no=1000 + self._stores,
+            store_id=f"{primary.node_id}/dup{self._stores}",
+            impostor_of=primary.incarnation if impostor else "",
+            acked_through_s=self.now,
+        )
+        self.extras.append(extra)
+        self._connect(extra)
+        self._at(
+            self.now + self.rng.uniform(0.0, 0.5),
+            partial(self._heartbeat, extra, extra.incarnation_no),
+        )
+        self._at(
+            self.now + self.rng.uniform(2.0, 12.0),
+            lambda: self._crash(extra, close=True) if extra.alive else None,
+        )
 
     def _migrate(self, target: str) -> None:
         """An operator moves a random owned task to ``target`` (or anywhere, or stale)."""
@@ -593,6 +659,9 @@ class Simulation:
 
     def _heal_all(self) -> None:
         self.healing = True
+        for extra in self.extras:
+            if extra.alive:  # the operator stops the second process
+                self._crash(extra, close=True)
         for agent in self.agents.values():
             agent.partitioned_until = min(agent.partitioned_until, self.now)
             if not agent.alive:
@@ -683,7 +752,15 @@ class Simulation:
             for task_id, h in sorted(agent.tasks.items())
         )
         hello = SessionOpened(
-            session, agent.node_id, agent.incarnation, self.now, capacity_slots=4, held_tasks=held
+            session,
+            agent.node_id,
+            agent.incarnation,
+            self.now,
+            capacity_slots=4,
+            held_tasks=held,
+            incarnation_secret_sha256=agent.secret_sha256,
+            store_id=agent.store_id,
+            store_previous_incarnation=agent.previous_incarnation,
         )
         self._transmit(agent, session, True, partial(self._feed_restamped, hello))
 
@@ -725,9 +802,18 @@ class Simulation:
             held.token += 1
 
     def _restart(self, agent: _Agent) -> None:
+        """Start the node's process again: usually on its store (the lock names the
+        crashed incarnation: proof it stopped), sometimes on a fresh volume."""
         if agent.alive:
             return
         agent.alive = True
+        if self.config.duplicates and self.rng.random() < 0.25:
+            self._stores += 1
+            agent.store_id = f"{agent.node_id}/store{self._stores}"
+            agent.previous_incarnation = ""
+            agent.tasks = {}
+        else:
+            agent.previous_incarnation = agent.incarnation
         agent.incarnation_no += 1
         agent.acked_through_s = self.now
         self._connect(agent)
@@ -778,8 +864,15 @@ class Simulation:
             self._close_from_agent(agent, "fenced")
             self._reconnect_soon(agent)
 
+    def _process_for(self, node_id: str, session_id: str) -> _Agent | None:
+        """The process whose stream ``session_id`` is (else the node's primary process)."""
+        for agent in self.extras:
+            if agent.node_id == node_id and agent.stream == session_id:
+                return agent
+        return self.agents.get(node_id)
+
     def _deliver(self, command: SendDirective) -> None:
-        agent = self.agents.get(command.node_id)
+        agent = self._process_for(command.node_id, command.session_id)
         if agent is not None:
             self._transmit(agent, command.session_id, False, partial(self._receive, agent, command))
 
@@ -801,7 +894,7 @@ class Simulation:
             held = agent.tasks.get(directive.task_id)
             if held is not None and held.epoch == directive.epoch:
                 del agent.tasks[directive.task_id]
-                ckpt = self._checkpoint(directive.task_id, held)
+                ckpt = self._checkpoint(directive.task_id, held, agent)
                 self._update(
                     agent, directive.task_id, held.epoch, Released(directive.move_id, ckpt)
                 )
@@ -831,7 +924,7 @@ class Simulation:
             self._check_two_owners(assign.task_id, agent, assign.epoch)
             held.status = HeldTaskStatus.RUNNING
         else:
-            stored = self.redis.get(assign.task_id, (0, 0))[1]
+            stored = self.redis.get(assign.task_id, (0, 0, ""))[1]
             resume = assign.resume_from.seq if assign.resume_from is not None else 0
             if resume > stored:
                 self._fail(f"{assign.task_id} resumes from seq {resume}, Redis has {stored}")
@@ -861,15 +954,18 @@ class Simulation:
             held.token += 1
             self._update(agent, task_id, held.epoch, Completed(_result(task_id)))
             return
-        ckpt = self._checkpoint(task_id, held)
+        ckpt = self._checkpoint(task_id, held, agent)
         self._update(agent, task_id, held.epoch, Checkpointed(ckpt, held.progress, held.progress))
         self._at(self.now + self.rng.uniform(0.2, 0.8), partial(self._work, agent, task_id, token))
 
-    def _checkpoint(self, task_id: str, held: _Held) -> CheckpointSummary:
-        stored_epoch, _ = self.redis.get(task_id, (0, 0))
-        replicated = held.epoch >= stored_epoch  # the Lua script refuses older epochs
+    def _checkpoint(self, task_id: str, held: _Held, agent: _Agent) -> CheckpointSummary:
+        stored_epoch, _, owner = self.redis.get(task_id, (0, 0, ""))
+        # The Lua script's fence: an older epoch, or an equal one of another owner, is STALE.
+        replicated = held.epoch > stored_epoch or (
+            held.epoch == stored_epoch and owner in ("", agent.incarnation)
+        )
         if replicated:
-            self.redis[task_id] = (held.epoch, held.progress)
+            self.redis[task_id] = (held.epoch, held.progress, agent.incarnation)
         return CheckpointSummary(
             f"{task_id}@{held.progress}", held.epoch, held.progress, held.progress, replicated
         )

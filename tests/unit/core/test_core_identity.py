@@ -56,6 +56,7 @@ def _record(state: NodeState = NodeState.ALIVE) -> NodeRecord:
         (_record(), Claim("i1", SECRET_1), True, 9.9, ClaimKind.SAME_INCARNATION),
         (_record(), Claim("i1", SECRET_2), True, 9.9, ClaimKind.IMPOSTOR),
         (_record(), Claim("i1"), False, 0.0, ClaimKind.IMPOSTOR),
+        (_record(NodeState.DEAD), Claim("i1", SECRET_2), False, 9.0, ClaimKind.HOLDER_GONE),
         (_record(), Claim("i2", SECRET_2), True, 9.9, ClaimKind.CONFLICT),
         (_record(NodeState.SUSPECT), Claim("i2", SECRET_2), False, 7.5, ClaimKind.CONFLICT),
         (_record(NodeState.SUSPECT), Claim("i2", SECRET_2), False, None, ClaimKind.CONFLICT),
@@ -87,7 +88,8 @@ def test_claim_rules(
     assert verdict.kind is kind
     assert verdict.kind.admitted == (kind not in (ClaimKind.CONFLICT, ClaimKind.IMPOSTOR))
     if kind is ClaimKind.CONFLICT:
-        assert "w0" in verdict.message and "i1" in verdict.message
+        assert "w0" in verdict.message
+        assert "i1" in verdict.message
         assert "is --node-id unique?" in verdict.message
 
 
@@ -163,12 +165,15 @@ def test_a_second_live_process_is_refused_and_the_holder_is_not_disturbed() -> N
         (second.session, StatusCode.FAILED_PRECONDITION)
     ]
     assert "held by another live process" in closes[0].reason
-    assert not directives(commands, Welcome) and not directives(commands, Assign)
+    assert not directives(commands, Welcome)
+    assert not directives(commands, Assign)
     (conflict,) = notices_of(commands, n.IdentityConflict)
     assert (conflict.holder_incarnation, conflict.claimant_incarnation) == ("i1", "i2")
     assert [h.task(t) for t in ids] == before
     view = h.core.node("w0")
-    assert view is not None and view.session_id == first.session and view.connected
+    assert view is not None
+    assert view.session_id == first.session
+    assert view.connected
 
 
 def test_a_cut_off_holder_keeps_its_tasks_until_its_dead_verdict_then_epoch_plus_one() -> None:

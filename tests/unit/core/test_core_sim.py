@@ -15,6 +15,8 @@ import os
 import pytest
 
 from coordinator.core import DetectorKind
+from coordinator.core import core as core_module
+from coordinator.core.identity import ClaimKind, ClaimVerdict
 from coordinator.core.sim import SimConfig, SimReport, Simulation, SimulationFailure
 
 SEEDS = int(os.environ.get("LAZARUS_SIM_SEEDS", "200"))
@@ -51,6 +53,8 @@ def test_seeded_fleets_keep_every_invariant_and_finish_every_task() -> None:
             "failovers",
             "completed",
             "cancelled",
+            "identity_conflicts",
+            "restarts_proven",
         )
     }
     floor = max(1, SEEDS // 40)
@@ -82,3 +86,41 @@ def test_agents_that_never_fence_themselves_are_caught_with_the_seed() -> None:
     assert failures, "no seed in 40 caught an unfenced zombie"
     assert failures[0].startswith("seed=")
     assert "still runs it" in failures[0]
+
+
+def _caught(mutate: object, seeds: int = 60) -> str:
+    """Run seeds with ``mutate(sim)`` applied until one fails; return its message."""
+    for seed in range(seeds):
+        sim = Simulation(seed, SHORT)
+        mutate(sim)  # type: ignore[operator]
+        try:
+            sim.run()
+        except SimulationFailure as failure:
+            return str(failure)
+    return ""
+
+
+def test_a_core_that_lets_a_second_live_process_in_is_caught(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Mutation of DESIGN.md §4 rule 2: the newest Hello wins, as before [identity]."""
+    monkeypatch.setattr(ClaimKind, "admitted", property(lambda self: True))
+    failure = _caught(lambda sim: None)
+    assert failure.startswith("seed="), "no seed caught two processes under one node id"
+
+
+def test_a_core_that_takes_any_store_as_proof_of_a_restart_is_caught(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Mutation of rule 3: the store proof is not checked against the registered holder."""
+    real = core_module.judge_claim
+
+    def lax(record, claim, **kwargs):  # type: ignore[no-untyped-def]
+        verdict = real(record, claim, **kwargs)
+        if verdict.kind is ClaimKind.CONFLICT and claim.store_id:
+            return ClaimVerdict(ClaimKind.RESTART_PROVEN)
+        return verdict
+
+    monkeypatch.setattr(core_module, "judge_claim", lax)
+    failure = _caught(lambda sim: None)
+    assert failure.startswith("seed="), "no seed caught a false restart proof"

@@ -475,7 +475,7 @@ class CoordinatorApi:
         if view is None:
             await self._unavailable(context)
         return coordinator_pb2.DrainNodeResponse(
-            node=convert.node_record_to_pb(view.record),
+            node=convert.public_node_record_to_pb(view.record),
             drain_id=view.record.drain_id,
             tasks_to_move=reply.tasks_to_move,
         )
@@ -496,7 +496,7 @@ class CoordinatorApi:
         view = self._runtime.core.node(request.node_id) if self._runtime.leading else None
         if view is None:
             await self._unavailable(context)
-        return coordinator_pb2.UncordonNodeResponse(node=convert.node_record_to_pb(view.record))
+        return coordinator_pb2.UncordonNodeResponse(node=convert.public_node_record_to_pb(view.record))
 
     async def MigrateTask(
         self, request: coordinator_pb2.MigrateTaskRequest, context: Context
@@ -744,7 +744,7 @@ class CoordinatorApi:
         chosen, token = _paginate(matching, lambda pair: pair[0].node_id, page, request)
         infos = []
         for record, view in chosen:
-            info = coordinator_pb2.NodeInfo(record=convert.node_record_to_pb(record))
+            info = coordinator_pb2.NodeInfo(record=convert.public_node_record_to_pb(record))
             if view is not None:
                 info.liveness.CopyFrom(
                     coordinator_pb2.NodeLiveness(

@@ -331,6 +331,17 @@ def node_record_to_pb(value: NodeRecord) -> records_pb2.NodeRecord:
     )
 
 
+def public_node_record_to_pb(value: NodeRecord) -> records_pb2.NodeRecord:
+    """``node_record_to_pb`` for API replies: without the incarnation secret's hash.
+
+    The hash is kept for the leader's identity checks only (DESIGN.md §4); no
+    caller of the orchestrator API needs it.
+    """
+    msg = node_record_to_pb(value)
+    msg.ClearField("incarnation_secret_sha256")
+    return msg
+
+
 def node_record_from_pb(msg: records_pb2.NodeRecord) -> NodeRecord:
     """records.proto NodeRecord -> core NodeRecord (state UNSPECIFIED reads as SUSPECT)."""
     return NodeRecord(

@@ -86,6 +86,29 @@ async def test_older_epoch_is_rejected_and_changes_nothing(
         assert await snapshot(redis_client, t) == before
 
 
+async def test_an_equal_epoch_from_another_incarnation_is_refused_and_changes_nothing(
+    redis_client: redis.asyncio.Redis,
+) -> None:
+    """The fence is (epoch, owner): two processes cannot interleave at one epoch (DESIGN.md §4)."""
+    owner = RedisCheckpointReplica(redis_client, prefix=PREFIX, owner="inc-1")
+    other = RedisCheckpointReplica(redis_client, prefix=PREFIX, owner="inc-2")
+    async with asyncio.timeout(5):
+        t = new_task()
+        claimed, _ = (await owner.claim_load_many([(t, 1, "w0")]))[0]  # type: ignore[misc]
+        assert claimed == ReplicationResult(Outcome.OK, 1)
+        assert (await owner.write(item(t, 1, (ev(t, 1, 1),), ck(t, 1, 1, 1)))).outcome is Outcome.OK
+        before = await snapshot(redis_client, t)
+        refused = await other.write(item(t, 1, (ev(t, 2, 1),), ck(t, 2, 1, 2)))
+        assert refused == ReplicationResult(Outcome.STALE, 1)
+        claim, state = (await other.claim_load_many([(t, 1, "w0")]))[0]  # type: ignore[misc]
+        assert (claim.outcome, state) == (Outcome.STALE, None)
+        assert await snapshot(redis_client, t) == before
+        # The owner goes on; a newer epoch (a move) belongs to whoever claims it.
+        assert (await owner.write(item(t, 1, (ev(t, 2, 1),)))).outcome is Outcome.OK
+        assert (await other.claim(t, 2, "w0")).outcome is Outcome.OK
+        assert (await owner.write(item(t, 1, (ev(t, 3, 1),)))).outcome is Outcome.STALE
+
+
 async def test_repeated_write_changes_nothing(
     replica: RedisCheckpointReplica, redis_client: redis.asyncio.Redis
 ) -> None:

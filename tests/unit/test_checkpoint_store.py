@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import signal
 import sqlite3
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -318,6 +321,43 @@ def test_data_dir_is_locked_to_one_store(tmp_path: Path) -> None:
         CheckpointStore(tmp_path)
     first.close()
     CheckpointStore(tmp_path).close()
+
+
+def test_the_store_names_its_previous_lock_holder(tmp_path: Path) -> None:
+    """The restart-in-place proof (DESIGN.md §4): a stable store id and the previous holder."""
+    with CheckpointStore(tmp_path) as first:
+        one = first.take_holder("inc-1")
+    assert one.previous_incarnation == ""
+    assert len(one.store_id) == 32
+    with CheckpointStore(tmp_path) as second:
+        two = second.take_holder("inc-2")
+    assert (two.store_id, two.previous_incarnation) == (one.store_id, "inc-1")
+    with CheckpointStore(tmp_path / "elsewhere") as other:
+        assert other.take_holder("inc-3").store_id != one.store_id
+
+
+def test_a_sigkilled_holder_frees_the_lock_and_is_named_by_the_next(tmp_path: Path) -> None:
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; from node_agent.checkpoint import CheckpointStore; "
+            "s = CheckpointStore(sys.argv[1]); s.take_holder('killed'); "
+            "print('held', flush=True); time.sleep(60)",
+            str(tmp_path),
+        ],
+        stdout=subprocess.PIPE,
+    )
+    try:
+        assert child.stdout is not None
+        assert child.stdout.readline().strip() == b"held"
+        with pytest.raises(StoreLocked):
+            CheckpointStore(tmp_path)
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait(10)
+    with CheckpointStore(tmp_path) as store:
+        assert store.take_holder("next").previous_incarnation == "killed"
 
 
 def test_closed_store_raises_store_closed(tmp_path: Path) -> None:

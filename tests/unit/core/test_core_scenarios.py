@@ -32,6 +32,7 @@ from coordinator.core import (
     NodeRecord,
     NodeState,
     SendDirective,
+    SessionOpened,
     Started,
     TaskRecord,
     TaskResult,
@@ -122,7 +123,81 @@ def new_leader_finishes_a_half_done_move() -> Harness:
     return h
 
 
+def _hello_as(
+    h: Harness,
+    session: str,
+    incarnation: str,
+    secret: bytes,
+    store_id: str,
+    previous: str = "",
+    held: tuple[HeldTask, ...] = (),
+) -> None:
+    """A Hello of one agent process for node "w0" (its own session, secret and store)."""
+    h.sessions["w0"] = session
+    h.seq["w0"] = 0
+    h.step(
+        SessionOpened(
+            session,
+            "w0",
+            incarnation,
+            h.now,
+            capacity_slots=2,
+            held_tasks=held,
+            incarnation_secret_sha256=secret,
+            store_id=store_id,
+            store_previous_incarnation=previous,
+        )
+    )
+
+
+def second_process_under_one_node_id() -> Harness:
+    # DESIGN.md section 4: the holder is live, so the second process is refused
+    # and the holder keeps its task; the holder falls silent, is declared DEAD
+    # (it fenced itself by then), and only then the second process gets the
+    # task, at epoch + 1.
+    h = Harness(CoreSettings(self_check=True), seed=3)
+    h.lead(term=2)
+    _hello_as(h.at(0.1), "p1/s1", "p1", b"secret-p1", "store-p1")
+    h.run_until(3.2, heartbeating=["w0"])  # past the new-leader grace
+    h.at(3.25).submit("req-1", task_id="crawl", kind="crawl")
+    h.at(3.3).update("w0", "crawl", 1, Started())
+    seq = h.seq["w0"]
+    _hello_as(h.at(3.5), "p2/s1", "p2", b"secret-p2", "store-p2")  # refused
+    h.sessions["w0"], h.seq["w0"] = "p1/s1", seq  # p1 goes on undisturbed
+    h.run_until(4.0, heartbeating=["w0"])
+    h.run_until(7.1)  # p1 silent: SUSPECT, then DEAD; its task waits
+    _hello_as(h.at(7.2), "p2/s2", "p2", b"secret-p2", "store-p2")  # admitted
+    assert h.task("crawl").epoch == 2
+    return h
+
+
+def restart_in_place_with_the_store_proof() -> Harness:
+    # The holder is SIGKILLed and its container restarted on the same volume:
+    # the new process holds the store's lock, which names p1 as its previous
+    # holder. The task moves to it at once at epoch + 1, no DEAD verdict.
+    h = Harness(CoreSettings(self_check=True), seed=4)
+    h.lead(term=2)
+    _hello_as(h.at(0.1), "p1/s1", "p1", b"secret-p1", "store-a")
+    h.run_until(3.2, heartbeating=["w0"])
+    h.at(3.25).submit("req-1", task_id="crawl", kind="crawl")
+    h.at(3.3).update("w0", "crawl", 1, Started())
+    held = (HeldTask("crawl", 1, HeldTaskStatus.PAUSED, checkpoint_seq=4),)
+    _hello_as(h.at(3.6), "p2/s1", "p2", b"secret-p2", "store-a", previous="p1", held=held)
+    assert h.task("crawl").epoch == 2
+    return h
+
+
 SCENARIOS: dict[str, tuple[str, Callable[[], Harness]]] = {
+    "second_process_under_one_node_id": (
+        "A second process claims a live node id and is refused; after the holder's DEAD "
+        "verdict it is admitted and gets the task at epoch + 1.",
+        second_process_under_one_node_id,
+    ),
+    "restart_in_place_with_the_store_proof": (
+        "A restarted process proves the old one stopped (same store, lock's previous "
+        "holder); the task moves to it at once at epoch + 1.",
+        restart_in_place_with_the_store_proof,
+    ),
     "owner_goes_silent_and_comes_back_as_a_zombie": (
         "Two nodes; the owner of a task goes silent, the task moves with its checkpoint, "
         "the zombie returns and is fenced.",

@@ -496,7 +496,9 @@ class CoordinatorApi:
         view = self._runtime.core.node(request.node_id) if self._runtime.leading else None
         if view is None:
             await self._unavailable(context)
-        return coordinator_pb2.UncordonNodeResponse(node=convert.public_node_record_to_pb(view.record))
+        return coordinator_pb2.UncordonNodeResponse(
+            node=convert.public_node_record_to_pb(view.record)
+        )
 
     async def MigrateTask(
         self, request: coordinator_pb2.MigrateTaskRequest, context: Context

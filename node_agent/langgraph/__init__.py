@@ -7,5 +7,14 @@ the task. Needs the ``lazarus[langgraph]`` extra. See ``docs/langgraph.md``.
 """
 
 from node_agent.langgraph.saver import LazarusSaver, ThreadNotOwned
+from node_agent.langgraph.task import GraphFactory, jsonable, langgraph_task, resume, run_graph
 
-__all__ = ["LazarusSaver", "ThreadNotOwned"]
+__all__ = [
+    "GraphFactory",
+    "LazarusSaver",
+    "ThreadNotOwned",
+    "jsonable",
+    "langgraph_task",
+    "resume",
+    "run_graph",
+]

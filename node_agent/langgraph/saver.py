@@ -530,8 +530,13 @@ class LazarusSaver(BaseCheckpointSaver[str]):
             else:
                 self._ensure_all()
 
-    async def compact(self, thread_id: str) -> None:
+    async def compact(self, thread_id: str, *, extra: Mapping[str, Any] | None = None) -> None:
         """Fold the thread into a Lazarus checkpoint now (e.g. before waiting for input).
+
+        Args:
+            thread_id: the thread.
+            extra: more top-level keys for the checkpoint's JSON state (kept out
+                of the thread; ``langgraph_task`` notes interrupts there).
 
         Raises:
             TaskCancelled: inside a task that no longer runs here.
@@ -543,7 +548,7 @@ class LazarusSaver(BaseCheckpointSaver[str]):
             t.alock = asyncio.Lock()
         async with t.alock:
             with self._mutex:
-                state = self._snapshot_state(thread_id)
+                state = {**(extra or {}), **self._snapshot_state(thread_id)}
             await self._log.asnapshot(thread_id, state, 0)
             t.since_snapshot = 0
 

@@ -55,6 +55,7 @@ __all__ = [
     "KIND",
     "ResearchState",
     "ScriptedChatModel",
+    "adirect_result",
     "agent",
     "build_graph",
     "direct_result",
@@ -313,13 +314,17 @@ def make_payloads(
     return out
 
 
-def direct_result(payload: Any, thread_id: str = "direct") -> dict[str, Any]:
+async def adirect_result(payload: Any, thread_id: str = "direct") -> dict[str, Any]:
     """The result of a fault-free run in this process (InMemorySaver, no think time, no log)."""
     plain = {k: v for k, v in payload.items() if k not in ("think_s", "effects_log")}
     graph = build_graph(InMemorySaver())
     config: RunnableConfig = {"configurable": {"thread_id": thread_id}}
-    values = asyncio.run(graph.ainvoke(make_input(plain), config))
-    return output(values)
+    return output(await graph.ainvoke(make_input(plain), config))
+
+
+def direct_result(payload: Any, thread_id: str = "direct") -> dict[str, Any]:
+    """As ``adirect_result``, from code without a running event loop."""
+    return asyncio.run(adirect_result(payload, thread_id))
 
 
 agent = Agent("lazarus-langgraph-example")

@@ -110,7 +110,7 @@ async def run_graph(
         graph_input = Command(resume=restored["resume"])
     else:
         graph_input = None
-    await graph.ainvoke(graph_input, config)
+    await graph.ainvoke(graph_input, config, durability="sync")
     snapshot = await graph.aget_state(config)
     if snapshot.interrupts:
         interrupts = [{"id": i.id, "value": jsonable(i.value)} for i in snapshot.interrupts]

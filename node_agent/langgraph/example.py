@@ -131,7 +131,7 @@ class ScriptedChatModel(FakeMessagesListChatModel):
 
 
 def _script(book: str, words: Sequence[str]) -> list[BaseMessage]:
-    """The model's replies: one round of two tool calls per pair of words, then top words, then done."""
+    """The model's replies: two tool calls per pair of words, then top words, then done."""
     replies: list[BaseMessage] = []
     pairs = [list(words[i : i + 2]) for i in range(0, len(words), 2)]
     for turn, pair in enumerate(pairs):
@@ -144,7 +144,9 @@ def _script(book: str, words: Sequence[str]) -> list[BaseMessage]:
     replies.append(
         AIMessage(
             content="Now the most frequent words.",
-            tool_calls=[{"name": "top_words", "args": {"book": book, "n": 5}, "id": f"call-{turn}-0"}],
+            tool_calls=[
+                {"name": "top_words", "args": {"book": book, "n": 5}, "id": f"call-{turn}-0"}
+            ],
         )
     )
     replies.append(AIMessage(content="I have what I need."))

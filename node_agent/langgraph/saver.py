@@ -55,10 +55,10 @@ from langgraph.checkpoint.base import (
     CheckpointMetadata,
     CheckpointTuple,
     DeltaChannelHistory,
-    SerializerProtocol,
     get_checkpoint_metadata,
 )
 from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from node_agent.checkpoint import Checkpoint as LzCheckpoint
 from node_agent.checkpoint import CheckpointStore
@@ -402,7 +402,9 @@ class LazarusSaver(BaseCheckpointSaver[str]):
         events: list[dict[str, Any]] = []
         for (tid, ns, ch, ver), (typ, data) in idx.blobs.items():
             if tid == thread_id:
-                events.append({"op": "blob", "ns": ns, "ch": ch, "ver": ver, "t": typ, "d": _b64(data)})
+                events.append(
+                    {"op": "blob", "ns": ns, "ch": ch, "ver": ver, "t": typ, "d": _b64(data)}
+                )
         for ns, by_id in idx.storage.get(thread_id, {}).items():
             for cid, (ck, md, parent) in by_id.items():
                 events.append(
@@ -443,7 +445,7 @@ class LazarusSaver(BaseCheckpointSaver[str]):
     ) -> tuple[str, dict[str, Any], RunnableConfig]:
         thread_id = str(config["configurable"]["thread_id"])
         ns = config["configurable"].get("checkpoint_ns", "")
-        c = dict(checkpoint)
+        c: dict[str, Any] = dict(checkpoint)
         values: dict[str, Any] = c.pop("channel_values", {})
         blobs = []
         for ch, ver in new_versions.items():
@@ -574,7 +576,7 @@ class LazarusSaver(BaseCheckpointSaver[str]):
         self,
         config: RunnableConfig | None,
         *,
-        filter: dict[str, Any] | None = None,  # noqa: A002 - LangGraph's signature
+        filter: dict[str, Any] | None = None,
         before: RunnableConfig | None = None,
         limit: int | None = None,
     ) -> Iterator[CheckpointTuple]:
@@ -656,7 +658,7 @@ class LazarusSaver(BaseCheckpointSaver[str]):
         self,
         config: RunnableConfig | None,
         *,
-        filter: dict[str, Any] | None = None,  # noqa: A002 - LangGraph's signature
+        filter: dict[str, Any] | None = None,
         before: RunnableConfig | None = None,
         limit: int | None = None,
     ) -> AsyncIterator[CheckpointTuple]:

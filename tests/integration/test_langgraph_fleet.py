@@ -176,7 +176,7 @@ async def test_twenty_graph_threads_survive_a_sigkilled_agent(
         redone += stats["redone"]
         if stats["redone"]:
             last = [e for e in mine if e["epoch"] == 1][-1]
-            print(f"redo {task_id}: {last['node']} logged {killed_at - last['t']:.3f} s before the kill")
+            print(f"redo {task_id}: {last['node']} {killed_at - last['t']:.3f} s before the kill")
         if task_id in killed:
             assert all(e["pid"] != victim_pid for e in mine if e["epoch"] == task.epoch)
     moved = [t for t in killed if done[t].epoch > 1]

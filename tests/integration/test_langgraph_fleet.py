@@ -186,3 +186,27 @@ async def test_twenty_graph_threads_survive_a_sigkilled_agent(
         f"all 20 equal the fault-free run; {len(lines)} node executions, "
         f"{redone} in-flight node(s) re-run by the new owner, none run by two live owners"
     )
+
+
+async def test_an_interrupted_thread_is_seen_and_answered_through_the_api(
+    cluster: LocalCluster,
+) -> None:
+    from lazarus.client import Client
+    from node_agent.langgraph import resume
+
+    payload = {**example.make_payloads(1)[0], "review": True}
+    await cluster.ready(30)
+    record = await cluster.submit("lg-review", example.KIND, json.dumps(payload).encode())
+    done = await _wait_done(cluster, {record.task_id}, timeout_s=60)
+    task = done[record.task_id]
+    asked = json.loads(task.result.payload)
+    assert asked["status"] == "interrupted", asked
+    assert asked["interrupts"][0]["value"]["question"] == "approve this answer?"
+    async with Client(cluster.api_addresses()) as client:
+        new_id = await resume(client, record.task_id, "approved by the orchestrator")
+    done = await _wait_done(cluster, {new_id}, timeout_s=60)
+    answer = json.loads(done[new_id].result.payload)
+    expected = await example.adirect_result({**payload, "review": False})
+    assert answer["approved"] == "approved by the orchestrator"
+    assert answer["answer"] == expected["answer"]
+    assert answer["trail"] == expected["trail"]

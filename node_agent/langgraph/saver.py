@@ -41,6 +41,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import logging
 import threading
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -67,6 +68,8 @@ if TYPE_CHECKING:
     from node_agent.sdk import TaskContext
 
 __all__ = ["FOREIGN_THREAD", "LazarusSaver", "ThreadNotOwned"]
+
+_logger = logging.getLogger("lazarus.langgraph")
 
 FOREIGN_THREAD = "thread_id must be the task id inside a Lazarus task"
 
@@ -127,7 +130,7 @@ class _Log:
 
 
 def _encode(value: dict[str, Any]) -> bytes:
-    return json.dumps(value, separators=(",", ":"), sort_keys=True).encode()
+    return json.dumps(value, separators=(",", ":")).encode()
 
 
 class _StoreLog(_Log):
@@ -232,6 +235,7 @@ class _Thread:
         self.lock = threading.Lock()
         self.alock: asyncio.Lock | None = None
         self.since_snapshot = 0
+        self.snapshot_events = 0
 
 
 class LazarusSaver(BaseCheckpointSaver[str]):
@@ -396,6 +400,23 @@ class LazarusSaver(BaseCheckpointSaver[str]):
         elif op == "delete":
             idx.delete_thread(thread_id)
 
+    def _due_snapshot(self, thread_id: str, t: _Thread) -> dict[str, Any] | None:
+        """The snapshot to write now, if one is due (the mutex is held).
+
+        Due after ``compact_every_events`` events, and not before the journal
+        tail is as long as the previous snapshot: a long thread's snapshots
+        then cost O(1) per event, amortized, and a resume replays at most
+        about twice the thread's size.
+        """
+        t.since_snapshot += 1
+        every = self.compact_every_events
+        if not every or t.since_snapshot < max(every, t.snapshot_events):
+            return None
+        state = self._snapshot_state(thread_id)
+        t.since_snapshot = 0
+        t.snapshot_events = len(state["events"])
+        return state
+
     def _snapshot_state(self, thread_id: str) -> dict[str, Any]:
         """The thread's index as replayable events (the mutex is held)."""
         idx = self._index
@@ -495,12 +516,12 @@ class LazarusSaver(BaseCheckpointSaver[str]):
             seq = self._log.append(thread_id, event)
             with self._mutex:
                 self._apply(thread_id, event)
-                t.since_snapshot += 1
-                due = self.compact_every_events and t.since_snapshot >= self.compact_every_events
-                state = self._snapshot_state(thread_id) if due else None
+                state = self._due_snapshot(thread_id, t)
             if state is not None:
-                self._log.snapshot(thread_id, state, seq)
-                t.since_snapshot = 0
+                try:
+                    self._log.snapshot(thread_id, state, seq)
+                except ValueError as exc:  # over the payload limit: keep the journal
+                    _logger.warning("thread %s: no compaction checkpoint: %s", thread_id, exc)
 
     async def _awrite(self, thread_id: str, event: dict[str, Any]) -> None:
         await self._aensure(thread_id)
@@ -511,12 +532,12 @@ class LazarusSaver(BaseCheckpointSaver[str]):
             seq = await self._log.aappend(thread_id, event)
             with self._mutex:
                 self._apply(thread_id, event)
-                t.since_snapshot += 1
-                due = self.compact_every_events and t.since_snapshot >= self.compact_every_events
-                state = self._snapshot_state(thread_id) if due else None
+                state = self._due_snapshot(thread_id, t)
             if state is not None:
-                await self._log.asnapshot(thread_id, state, seq)
-                t.since_snapshot = 0
+                try:
+                    await self._log.asnapshot(thread_id, state, seq)
+                except ValueError as exc:  # over the payload limit: keep the journal
+                    _logger.warning("thread %s: no compaction checkpoint: %s", thread_id, exc)
 
     async def _aensure(self, thread_id: str) -> None:
         if thread_id not in self._loaded:
@@ -553,6 +574,7 @@ class LazarusSaver(BaseCheckpointSaver[str]):
                 state = {**(extra or {}), **self._snapshot_state(thread_id)}
             await self._log.asnapshot(thread_id, state, 0)
             t.since_snapshot = 0
+            t.snapshot_events = len(state["events"])
 
     # ------------------------------------------------------------ sync API
 

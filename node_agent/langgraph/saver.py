@@ -62,7 +62,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from node_agent.checkpoint import Checkpoint as LzCheckpoint
-from node_agent.checkpoint import CheckpointStore
+from node_agent.checkpoint import CheckpointStore, make_ref
 
 if TYPE_CHECKING:
     from node_agent.sdk import TaskContext
@@ -113,7 +113,8 @@ class _Log:
     def snapshot(self, thread_id: str, state: dict[str, Any], seq: int) -> None:
         raise NotImplementedError
 
-    async def asnapshot(self, thread_id: str, state: dict[str, Any], seq: int) -> None:
+    async def asnapshot(self, thread_id: str, state: dict[str, Any], seq: int) -> int:
+        """Save ``state`` as the thread's checkpoint covering journal seq ``seq``; its seq."""
         raise NotImplementedError
 
     def load(self, thread_id: str) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
@@ -152,11 +153,11 @@ class _StoreLog(_Log):
     def snapshot(self, thread_id: str, state: dict[str, Any], seq: int) -> None:
         self.store.save(self._ckpt(thread_id, state, seq))
 
-    async def asnapshot(self, thread_id: str, state: dict[str, Any], seq: int) -> None:
+    async def asnapshot(self, thread_id: str, state: dict[str, Any], seq: int) -> int:
         if not seq:  # "everything appended so far"
             heads = await asyncio.to_thread(self.store.task_heads)
             seq = next((h.last_journal_seq for h in heads if h.task_id == thread_id), 0)
-        await self.store.aio.save(self._ckpt(thread_id, state, seq))
+        return (await self.store.aio.save(self._ckpt(thread_id, state, seq))).seq
 
     def load(self, thread_id: str) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
         rec = self.store.recover(thread_id)
@@ -208,8 +209,8 @@ class _TaskLog(_Log):
     def snapshot(self, thread_id: str, state: dict[str, Any], seq: int) -> None:
         self._blocking(self.ctx.checkpoint(state, reason="langgraph"))
 
-    async def asnapshot(self, thread_id: str, state: dict[str, Any], seq: int) -> None:
-        await self.ctx.checkpoint(state, reason="langgraph")
+    async def asnapshot(self, thread_id: str, state: dict[str, Any], seq: int) -> int:
+        return await self.ctx.checkpoint(state, reason="langgraph")
 
     def load(self, thread_id: str) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
         restored = self.ctx.restored
@@ -553,13 +554,16 @@ class LazarusSaver(BaseCheckpointSaver[str]):
             else:
                 self._ensure_all()
 
-    async def compact(self, thread_id: str, *, extra: Mapping[str, Any] | None = None) -> None:
+    async def compact(self, thread_id: str, *, extra: Mapping[str, Any] | None = None) -> str:
         """Fold the thread into a Lazarus checkpoint now (e.g. before waiting for input).
 
         Args:
             thread_id: the thread.
             extra: more top-level keys for the checkpoint's JSON state (kept out
                 of the thread; ``langgraph_task`` notes interrupts there).
+
+        Returns:
+            The Lazarus checkpoint's ref (``"<thread>@<seq>"``, what ForkTask takes).
 
         Raises:
             TaskCancelled: inside a task that no longer runs here.
@@ -572,9 +576,10 @@ class LazarusSaver(BaseCheckpointSaver[str]):
         async with t.alock:
             with self._mutex:
                 state = {**(extra or {}), **self._snapshot_state(thread_id)}
-            await self._log.asnapshot(thread_id, state, 0)
+            seq = await self._log.asnapshot(thread_id, state, 0)
             t.since_snapshot = 0
             t.snapshot_events = len(state["events"])
+        return make_ref(thread_id, seq)
 
     # ------------------------------------------------------------ sync API
 

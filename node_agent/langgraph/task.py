@@ -21,7 +21,7 @@ metadata by LangGraph).
 helper folds the thread into a Lazarus checkpoint that also names the
 interrupted checkpoint (``interrupted_at``) and the interrupts, reports
 progress ``"interrupted: ..."``, and completes the task with the result
-``{"status": "interrupted", "interrupts": [{"id", "value"}], ...}``. The
+``{"status": "interrupted", "checkpoint_ref", "interrupts": [{"id", "value"}], ...}``. The
 orchestrator answers with ``resume(client, task_id, value)``: a ForkTask of
 that checkpoint with the edit ``resume = value``. The fork is a new task that
 carries the whole thread; it resumes the interrupted node with ``value``
@@ -30,6 +30,7 @@ carries the whole thread; it resumes the interrupted node with ``value``
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -115,7 +116,7 @@ async def run_graph(
     if snapshot.interrupts:
         interrupts = [{"id": i.id, "value": jsonable(i.value)} for i in snapshot.interrupts]
         checkpoint_id = snapshot.config["configurable"]["checkpoint_id"]
-        await saver.compact(
+        ref = await saver.compact(
             ctx.task_id, extra={"interrupted_at": checkpoint_id, "interrupts": interrupts}
         )
         ctx.progress(0.5, f"interrupted: waiting for input at {checkpoint_id}")
@@ -123,6 +124,7 @@ async def run_graph(
             "status": "interrupted",
             "thread_id": ctx.task_id,
             "checkpoint_id": checkpoint_id,
+            "checkpoint_ref": ref,
             "interrupts": interrupts,
         }
     ctx.progress(1.0, "done")
@@ -184,13 +186,15 @@ async def resume(client: Client, task_id: str, value: Any, *, new_task_id: str =
         The id of the new task, which continues the thread.
 
     Raises:
-        ValueError: the task has no checkpoint to resume from (not interrupted).
+        ValueError: the task's result is not ``{"status": "interrupted", ...}``.
         grpc errors of GetTask / ForkTask (NOT_FOUND, ...).
     """
-    reply = await client.get(task_id)
-    task = reply.task
-    ref = task.last_checkpoint.checkpoint_ref
+    task = (await client.get(task_id)).task
+    try:
+        ref = json.loads(task.result.payload).get("checkpoint_ref", "")
+    except (ValueError, AttributeError):
+        ref = ""
     if not ref:
-        raise ValueError(f"task {task_id!r} has no checkpoint to resume from")
+        raise ValueError(f"task {task_id!r} is not an interrupted graph (no checkpoint_ref)")
     fork = await client.fork(ref, edits={"resume": value}, new_task_id=new_task_id)
     return str(fork.task_id)

@@ -161,3 +161,13 @@ async def test_an_interrupt_is_reported_and_a_fork_with_resume_answers_it() -> N
     )
     assert result["approved"] == "approved by a human"
     assert result["trail"][-1] == "review"
+
+
+async def test_sync_calls_inside_a_task_hop_onto_the_agents_loop() -> None:
+    host = _Host()
+    saver = LazarusSaver.for_task(_ctx(host, {}, 1, None))
+    cfg = await asyncio.to_thread(_put, saver, "task-1", 0)  # as graph.invoke in a thread
+    assert len(host.events) == 1
+    assert saver.get_tuple(cfg) is not None
+    with pytest.raises(RuntimeError, match="async graph API"):
+        _put(saver, "task-1", 1)  # on the loop itself it would deadlock: refused

@@ -174,6 +174,9 @@ def _effect(state: ResearchState, config: RunnableConfig, node: str) -> None:
         return
     conf = config.get("configurable", {})
     meta = config.get("metadata", {})
+    ctx = conf.get("lazarus_ctx")
+    if ctx is not None:
+        ctx.raise_if_cancelled()  # an owner that lost the task does no more side effects
     line = {
         "task": conf.get("lazarus_task_id") or conf.get("thread_id"),
         "node": node,

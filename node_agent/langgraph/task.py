@@ -15,7 +15,9 @@ registers an ``async`` handler of kind ``research``. Each assignment builds a
 
 Nodes see who runs them in ``config["configurable"]``: ``lazarus_task_id``,
 ``lazarus_epoch``, ``lazarus_node_id`` (also copied into each checkpoint's
-metadata by LangGraph).
+metadata by LangGraph) and ``lazarus_ctx``, the ``TaskContext``: a node
+calls ``lazarus_ctx.raise_if_cancelled()`` before an external side effect, so
+an owner that lost the task stops before it, not only at its next ``put``.
 
 **Human in the loop.** When the run stops at an ``interrupt(value)``, the
 helper folds the thread into a Lazarus checkpoint that also names the
@@ -65,6 +67,7 @@ def _config(ctx: TaskContext, recursion_limit: int) -> RunnableConfig:
             "lazarus_task_id": ctx.task_id,
             "lazarus_epoch": ctx.epoch,
             "lazarus_node_id": ctx.node_id,
+            "lazarus_ctx": ctx,
         },
         "recursion_limit": recursion_limit,
     }

@@ -63,6 +63,7 @@ proto: venv  ## regenerate lazarus/v1 stubs from proto/
 
 bench: setup  ## run the benchmarks, write bench/results/*.json and bench/README.md
 	$(PY) bench/checkpoint_bench.py
+	$(PY) bench/langgraph_bench.py
 	$(PY) bench/failover_bench.py
 	$(PY) bench/heartbeat_bench.py
 	$(PY) bench/recovery_bench.py

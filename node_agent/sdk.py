@@ -408,6 +408,19 @@ class Agent:
 
         return register
 
+    def langgraph_task(
+        self, kind: str, graph_factory: Callable[[Any], Any], **options: Any
+    ) -> Callable[..., Any]:
+        """Register a compiled LangGraph graph as kind ``kind`` (thread_id = task id).
+
+        ``graph_factory(checkpointer)`` returns ``builder.compile(checkpointer=...)``;
+        options and behaviour as ``node_agent.langgraph.langgraph_task`` (needs
+        the ``lazarus[langgraph]`` extra).
+        """
+        from node_agent.langgraph import langgraph_task
+
+        return langgraph_task(self, kind, graph_factory, **options)
+
     def service(self, name: str) -> Callable[[H], H]:
         """Register the decorated ``async def fn(ctx: ServiceContext)`` as an agent-level service.
 

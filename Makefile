@@ -13,7 +13,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 PACKAGES := lazarus coordinator node_agent reconcile
 PYTEST_ARGS ?=
 
-.PHONY: help setup system-deps venv test lint typecheck pytest demo proto lock bench clean
+.PHONY: help setup system-deps venv test lint typecheck pytest demo proto lock bench clean image container-drill
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 14
@@ -68,6 +68,28 @@ bench: setup  ## run the benchmarks, write bench/results/*.json and bench/README
 	$(PY) bench/heartbeat_bench.py
 	$(PY) bench/recovery_bench.py
 	$(PY) bench/reconcile_bench.py
+
+# Container images with podman and no registry (deploy/podman/): a base image
+# made from Debian packages, the Lazarus image on it (every Dockerfile stage
+# takes BASE_IMAGE), and etcd / Redis images from Debian's packages.
+BASE_IMAGE ?= localhost/lazarus-base:bookworm
+IMAGE ?= localhost/lazarus
+IMAGE_TAG ?= $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml | head -1)
+ETCD_IMAGE ?= localhost/lazarus-etcd
+REDIS_IMAGE ?= localhost/lazarus-redis
+CONTAINER_DRILL_ARGS ?=
+
+image:  ## podman (installed when missing), a Debian base image, the Lazarus, etcd and Redis images
+	deploy/podman/setup-host.sh
+	deploy/podman/debian-base.sh $(BASE_IMAGE)
+	podman build -f deploy/Dockerfile --build-arg BASE_IMAGE=$(BASE_IMAGE) -t $(IMAGE):$(IMAGE_TAG) .
+	deploy/podman/service-image.sh $(BASE_IMAGE) $(ETCD_IMAGE) etcd-server etcd-client
+	deploy/podman/service-image.sh $(BASE_IMAGE) $(REDIS_IMAGE) redis-server
+	podman run --rm $(IMAGE):$(IMAGE_TAG) version
+
+container-drill: venv  ## etcd, Redis, 3 coordinators, 3 node agents as podman containers from the chart; drills kill-node, kill-leader
+	$(PY) deploy/podman/container_drill.py --image $(IMAGE):$(IMAGE_TAG) \
+	  --etcd-image $(ETCD_IMAGE) --redis-image $(REDIS_IMAGE) $(CONTAINER_DRILL_ARGS)
 
 lock: ## re-resolve dependencies from pyproject ranges into requirements/constraints.txt
 	rm -rf .lock-venv && $(PYTHON) -m venv .lock-venv

@@ -263,7 +263,7 @@ def volume_args(pod: Pod, secret_dirs: dict[str, str]) -> tuple[list[str], list[
         elif "secret" in volume:
             secret = volume["secret"]["secretName"]
             if secret not in secret_dirs:
-                raise ChartError(f"the chart mounts Secret {secret}: give --secret-dir {secret}=DIR")
+                raise ChartError(f"the chart mounts Secret {secret}: --secret-dir {secret}=DIR")
             args += ["-v", f"{secret_dirs[secret]}:{path}:ro"]
         else:
             raise ChartError(f"{pod.name}: volume {name} ({sorted(volume)}) is not translated")
@@ -352,7 +352,7 @@ def probe(pod: Pod, which: str = "readinessProbe") -> bool | None:
                 check=False,
             )
             return done.returncode == 0
-    except Exception:  # noqa: BLE001 — any failure is a failed probe, as for the kubelet
+    except Exception:  # any failure is a failed probe, as for the kubelet
         return False
     raise ChartError(f"{pod.name}: {which} {sorted(spec)} is not translated")
 
@@ -378,13 +378,26 @@ def wait_ready(pods: list[Pod], timeout_s: float = 90.0) -> None:
 # --------------------------------------------------------- the kubectl stand-in
 
 
+def deleted_pod(argv: list[str]) -> str | None:
+    """The pod of ``kubectl [-n NS] [--context C] delete pod NAME [flags]`` (None: not that)."""
+    words: list[str] = []
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg in ("-n", "--namespace", "--context"):
+            skip = True
+        elif not arg.startswith("-"):
+            words.append(arg)
+    return words[2] if len(words) == 3 and words[:2] == ["delete", "pod"] else None
+
+
 def kubectl_shim(argv: list[str], state_file: Path) -> int:
     """``kubectl -n NS delete pod NAME --force ...``: SIGKILL and re-create the container."""
-    pods = [a for a in argv if not a.startswith("-")]
-    if len(pods) < 3 or pods[-3:-1] != ["delete", "pod"]:
+    name = deleted_pod(argv)
+    if name is None:
         print(f"kubectl stand-in: only `delete pod NAME` is supported, got {argv}", file=sys.stderr)
         return 2
-    name = pods[-1]
     state = json.loads(state_file.read_text())
     if name not in state["pods"]:
         print(f'Error from server (NotFound): pods "{name}" not found', file=sys.stderr)
@@ -402,7 +415,7 @@ def kubectl_shim(argv: list[str], state_file: Path) -> int:
         f"{shlex.join(state['pods'][name]['argv'])} >/dev/null && "
         f'echo "$(date +%s.%N) re-created pod {name}" >> {shlex.quote(str(log))}'
     )
-    subprocess.Popen(  # noqa: S603
+    subprocess.Popen(
         ["/bin/sh", "-c", recreate],
         start_new_session=True,
         stdout=subprocess.DEVNULL,
@@ -417,6 +430,10 @@ def kubectl_shim(argv: list[str], state_file: Path) -> int:
 
 def _podman(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     return subprocess.run(["podman", *args], capture_output=True, text=True, check=check)
+
+
+def _exists(container: str) -> bool:
+    return _podman("container", "exists", container, check=False).returncode == 0
 
 
 def _newest_tag(repository: str) -> str:
@@ -497,13 +514,15 @@ def main(argv: list[str] | None = None) -> int:
     (run_dir / "bin").mkdir(exist_ok=True)
     state = {
         "recreate_after_s": args.recreate_after_s,
-        "pods": {p.name: {"argv": p.run_argv, "ephemeral_volumes": p.ephemeral_volumes} for p in pods},
+        "pods": {
+            p.name: {"argv": p.run_argv, "ephemeral_volumes": p.ephemeral_volumes} for p in pods
+        },
     }
     (run_dir / "state.json").write_text(json.dumps(state, indent=1))
     shim = run_dir / "bin" / "kubectl"
+    me = shlex.join([sys.executable, str(Path(__file__).resolve())])
     shim.write_text(
-        f"#!/bin/sh\nexec {shlex.quote(sys.executable)} {shlex.quote(str(Path(__file__).resolve()))}"
-        f' kubectl-shim {shlex.quote(str(run_dir / "state.json"))} "$@"\n'
+        f'#!/bin/sh\nexec {me} kubectl-shim {shlex.quote(str(run_dir / "state.json"))} "$@"\n'
     )
     shim.chmod(0o755)
 
@@ -539,9 +558,7 @@ def main(argv: list[str] | None = None) -> int:
             code |= subprocess.run(drill, env=env, check=False).returncode
             for pod in pods:  # the re-created pod is back before the next drill
                 deadline = time.monotonic() + 60
-                while time.monotonic() < deadline and not _podman(
-                    "container", "exists", pod.name, check=False
-                ).returncode == 0:
+                while time.monotonic() < deadline and not _exists(pod.name):
                     time.sleep(0.5)
             wait_ready(pods)
         for pod in pods:
@@ -549,7 +566,8 @@ def main(argv: list[str] | None = None) -> int:
             if alive is not None:
                 print(f">> liveness probe of {pod.name}: {'ok' if alive else 'FAILED'}")
                 code |= 0 if alive else 1
-        print(f">> faults: {(run_dir / 'faults.log').read_text() if (run_dir / 'faults.log').exists() else 'none'}")
+        faults = run_dir / "faults.log"
+        print(f">> faults:\n{faults.read_text() if faults.exists() else 'none'}")
     finally:
         if args.keep:
             print(f">> containers kept; remove with: {sys.executable} {__file__} --cleanup")

@@ -13,10 +13,14 @@ chart renders them:
   0), ``fsGroup`` (supplementary group, volumes chowned), a read-only root
   filesystem with no tmpfs of podman's own (only the chart's volumes are
   writable), dropped and added capabilities, ``no-new-privileges``;
-- volumes: ``emptyDir`` (a tmpfs when it has a size limit, else a volume that
-  dies with the pod), claims of ``volumeClaimTemplates`` (a named volume kept
-  across re-creation, as a PersistentVolumeClaim is), ``hostPath`` and
-  ``secret`` volumes (bind mounts; ``--secret-dir``);
+- volumes as directories the script makes under ``--run-dir`` the way the
+  kubelet does (bind mounts: podman's named volumes copy the image's files at
+  the mount point and keep their owner, 0700 etcd:etcd in Debian's etcd
+  image): ``emptyDir`` (a tmpfs when it has a size limit, else an empty 0777
+  directory that dies with the pod), claims of ``volumeClaimTemplates`` (a
+  directory group-owned by ``fsGroup``, setgid, kept across re-creation as a
+  PersistentVolumeClaim is), ``hostPath`` and ``secret`` volumes
+  (``--secret-dir``);
 - CPU and memory limits, ``terminationGracePeriodSeconds`` as the stop timeout;
 - readiness probes, run from the host as the kubelet runs them (grpc, httpGet,
   tcpSocket; exec through ``podman exec``).
@@ -42,6 +46,7 @@ import copy
 import json
 import os
 import shlex
+import shutil
 import socket
 import subprocess
 import sys
@@ -80,7 +85,8 @@ class Pod:
     ip: str = ""
     aliases: list[str] = field(default_factory=list)
     run_argv: list[str] = field(default_factory=list)
-    ephemeral_volumes: list[str] = field(default_factory=list)
+    host_dirs: list[tuple[str, int, int | None, bool]] = field(default_factory=list)
+    """(directory, mode, group, dies with the pod) of each volume, made before the run."""
 
 
 # ------------------------------------------------------------------ rendering
@@ -231,19 +237,25 @@ def security_args(pod: Pod) -> list[str]:
     return args
 
 
-def volume_args(pod: Pod, secret_dirs: dict[str, str]) -> tuple[list[str], list[str]]:
-    """(podman flags for the container's mounts, volumes that die with the pod)."""
+def volume_args(
+    pod: Pod, secret_dirs: dict[str, str], volume_root: Path
+) -> tuple[list[str], list[tuple[str, int, int | None, bool]]]:
+    """(podman flags for the container's mounts, the host directories to make first)."""
+    pod_ctx = pod.workload["spec"]["template"]["spec"].get("securityContext", {})
+    fs_group = pod_ctx.get("fsGroup")
     spec = pod.workload["spec"]
     volumes = {v["name"]: v for v in spec["template"]["spec"].get("volumes", [])}
     claims = {c["metadata"]["name"] for c in spec.get("volumeClaimTemplates", [])}
     args: list[str] = []
-    ephemeral: list[str] = []
+    dirs: list[tuple[str, int, int | None, bool]] = []
     for mount in pod.container.get("volumeMounts", []):
         name, path = mount["name"], mount["mountPath"]
         ro = ",ro" if mount.get("readOnly") else ""
         if name in claims:
             # A PersistentVolumeClaim <claim>-<pod>: kept when the pod is re-created.
-            args += ["-v", f"{name}-{pod.name}:{path}:U{ro}"]
+            host = str(volume_root / f"{name}-{pod.name}")
+            dirs.append((host, 0o2775 if fs_group is not None else 0o755, fs_group, False))
+            args += ["-v", f"{host}:{path}{ro.replace(',', ':')}"]
             continue
         volume = volumes.get(name)
         if volume is None:
@@ -254,12 +266,13 @@ def volume_args(pod: Pod, secret_dirs: dict[str, str]) -> tuple[list[str], list[
                 size = f",size={_quantity_bytes(limit)}" if limit else ""
                 args += ["--tmpfs", f"{path}:rw,mode=1777{size}"]
             else:
-                ephemeral.append(f"{pod.name}-{name}")
-                args += ["-v", f"{pod.name}-{name}:{path}:U{ro}"]
+                host = str(volume_root / f"{pod.name}-{name}")
+                dirs.append((host, 0o777, None, True))
+                args += ["-v", f"{host}:{path}{ro.replace(',', ':')}"]
         elif "hostPath" in volume:
             host = volume["hostPath"]["path"]
-            Path(host).mkdir(parents=True, exist_ok=True)
-            args += ["-v", f"{host}:{path}:U{ro}"]
+            dirs.append((host, 0o755, None, False))
+            args += ["-v", f"{host}:{path}{ro.replace(',', ':')}"]
         elif "secret" in volume:
             secret = volume["secret"]["secretName"]
             if secret not in secret_dirs:
@@ -267,7 +280,18 @@ def volume_args(pod: Pod, secret_dirs: dict[str, str]) -> tuple[list[str], list[
             args += ["-v", f"{secret_dirs[secret]}:{path}:ro"]
         else:
             raise ChartError(f"{pod.name}: volume {name} ({sorted(volume)}) is not translated")
-    return args, ephemeral
+    return args, dirs
+
+
+def make_dirs(dirs: list[tuple[str, int, int | None, bool]], *, fresh: bool) -> None:
+    """Make the volumes' directories (``fresh``: empty the ones that die with the pod)."""
+    for path, mode, group, ephemeral in dirs:
+        if fresh and ephemeral:
+            shutil.rmtree(path, ignore_errors=True)
+        Path(path).mkdir(parents=True, exist_ok=True)
+        if group is not None:
+            os.chown(path, -1, group)
+        os.chmod(path, mode)
 
 
 def run_argv(
@@ -279,6 +303,7 @@ def run_argv(
     secret_dirs: dict[str, str] | None = None,
     extra_env: dict[str, str] | None = None,
     network: str = NETWORK,
+    volume_root: Path = ROOT / ".run" / "container-drill" / "volumes",
 ) -> list[str]:
     """The ``podman run`` command line of one pod, all of it from the rendered chart."""
     container = pod.container
@@ -288,7 +313,7 @@ def run_argv(
         argv += ["--network-alias", alias]
     argv += ["--label", f"{LABEL}={run_id}", "--label", f"io.lazarus.component={pod.component}"]
     argv += security_args(pod)
-    mounts, pod.ephemeral_volumes = volume_args(pod, secret_dirs or {})
+    mounts, pod.host_dirs = volume_args(pod, secret_dirs or {}, volume_root)
     argv += mounts
     env = pod_env(pod, objects, secrets or {})
     if pod.component in ("coordinator", "node-agent"):
@@ -367,6 +392,11 @@ def wait_ready(pods: list[Pod], timeout_s: float = 90.0) -> None:
     pending = [p for p in pods if p.container.get("readinessProbe")]
     while pending and time.monotonic() < deadline:
         pending = [p for p in pending if not probe(p)]
+        exited = [p.name for p in pending if not _running(p.name)]
+        if exited:
+            for name in exited:
+                subprocess.run(["podman", "logs", "--tail", "30", name], check=False)
+            raise RuntimeError(f"exited before it was ready: {exited}")
         if pending:
             time.sleep(0.5)
     if pending:
@@ -404,8 +434,7 @@ def kubectl_shim(argv: list[str], state_file: Path) -> int:
         return 1
     subprocess.run(["podman", "kill", "--signal", "KILL", name], capture_output=True, check=False)
     subprocess.run(["podman", "rm", "-f", "-t", "0", name], capture_output=True, check=False)
-    for volume in state["pods"][name]["ephemeral_volumes"]:
-        subprocess.run(["podman", "volume", "rm", "-f", volume], capture_output=True, check=False)
+    make_dirs([tuple(d) for d in state["pods"][name]["host_dirs"]], fresh=True)  # type: ignore[misc]
     log = state_file.parent / "faults.log"
     with log.open("a") as out:
         out.write(f"{time.time():.3f} deleted pod {name} (SIGKILL)\n")
@@ -425,11 +454,38 @@ def kubectl_shim(argv: list[str], state_file: Path) -> int:
     return 0
 
 
+def graceful_stop(pods: list[Pod]) -> int:
+    """``podman stop`` each pod (SIGTERM, then SIGKILL after the grace period) and report.
+
+    The process must exit on SIGTERM by itself, well inside its grace period,
+    with status 0: as PID 1 it gets no default signal action, only its handler.
+
+    Returns:
+        1 when a container needed SIGKILL or exited non-zero, else 0.
+    """
+    code = 0
+    for pod in pods:
+        started = time.monotonic()
+        _podman("stop", pod.name, check=False)
+        took_s = time.monotonic() - started
+        status = _podman("inspect", "--format", "{{.State.ExitCode}}", pod.name, check=False)
+        exit_code = status.stdout.strip()
+        ok = exit_code == "0"
+        print(f">> SIGTERM {pod.name}: exited {exit_code} after {took_s:.1f} s", flush=True)
+        code |= 0 if ok else 1
+    return code
+
+
 # ------------------------------------------------------------------------ main
 
 
 def _podman(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     return subprocess.run(["podman", *args], capture_output=True, text=True, check=check)
+
+
+def _running(container: str) -> bool:
+    state = _podman("inspect", "--format", "{{.State.Running}}", container, check=False)
+    return state.stdout.strip() == "true"
 
 
 def _exists(container: str) -> bool:
@@ -444,15 +500,13 @@ def _newest_tag(repository: str) -> str:
     return tags[0]
 
 
-def cleanup(run_id: str | None = None) -> None:
-    """Remove this drill's containers, their volumes and the network."""
+def cleanup(volume_root: Path, run_id: str | None = None) -> None:
+    """Remove this drill's containers, their volumes' directories and the network."""
     selector = f"label={LABEL}" + (f"={run_id}" if run_id else "")
     names = _podman("ps", "-a", "--filter", selector, "--format", "{{.Names}}").stdout.split()
     if names:
         _podman("rm", "-f", "-t", "0", *names, check=False)
-    for volume in _podman("volume", "ls", "--format", "{{.Name}}").stdout.split():
-        if volume.startswith(f"{RELEASE}-") or any(volume.endswith(f"-{n}") for n in names):
-            _podman("volume", "rm", "-f", volume, check=False)
+    shutil.rmtree(volume_root, ignore_errors=True)
     _podman("network", "rm", "-f", NETWORK, check=False)
 
 
@@ -492,6 +546,8 @@ def main(argv: list[str] | None = None) -> int:
     secret_dirs = dict(item.split("=", 1) for item in args.secret_dir)
     extra_env = dict(item.split("=", 1) for item in args.env)
 
+    run_dir = args.run_dir.resolve()
+    volume_root = run_dir / "volumes"
     objects = render_chart(values)
     pods = plan_pods(objects)
     run_id = f"{os.getpid()}"
@@ -503,20 +559,18 @@ def main(argv: list[str] | None = None) -> int:
             secrets=secrets,
             secret_dirs=secret_dirs,
             extra_env=extra_env,
+            volume_root=volume_root,
         )
     if args.print_only:
         for pod in pods:
             print(shlex.join(pod.run_argv))
         return 0
 
-    run_dir = args.run_dir.resolve()
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "bin").mkdir(exist_ok=True)
     state = {
         "recreate_after_s": args.recreate_after_s,
-        "pods": {
-            p.name: {"argv": p.run_argv, "ephemeral_volumes": p.ephemeral_volumes} for p in pods
-        },
+        "pods": {p.name: {"argv": p.run_argv, "host_dirs": p.host_dirs} for p in pods},
     }
     (run_dir / "state.json").write_text(json.dumps(state, indent=1))
     shim = run_dir / "bin" / "kubectl"
@@ -526,7 +580,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     shim.chmod(0o755)
 
-    cleanup()
+    cleanup(volume_root)
     _podman("network", "create", "--subnet", SUBNET, NETWORK)
     code = 1
     try:
@@ -535,6 +589,7 @@ def main(argv: list[str] | None = None) -> int:
             members = [p for p in pods if p.component == group]
             for pod in members:
                 print(f">> {pod.name} ({pod.ip}): {shlex.join(pod.run_argv[2:])}", flush=True)
+                make_dirs(pod.host_dirs, fresh=True)
                 subprocess.run(pod.run_argv, check=True, stdout=subprocess.DEVNULL)
             wait_ready(members)
         print(f">> all {len(pods)} pods started and ready in {time.monotonic() - started:.1f} s")
@@ -566,11 +621,14 @@ def main(argv: list[str] | None = None) -> int:
             if alive is not None:
                 print(f">> liveness probe of {pod.name}: {'ok' if alive else 'FAILED'}")
                 code |= 0 if alive else 1
+        code |= graceful_stop([p for p in pods if p.component in ("coordinator", "node-agent")])
         faults = run_dir / "faults.log"
         print(f">> faults:\n{faults.read_text() if faults.exists() else 'none'}")
     finally:
         if args.keep:
-            print(f">> containers kept; remove with: {sys.executable} {__file__} --cleanup")
+            print(
+                f">> containers kept; remove with: podman rm -f -t 0 $(podman ps -aq --filter label={LABEL}) && podman network rm {NETWORK}"
+            )
         else:
             for pod in pods:
                 with contextlib.suppress(Exception):
@@ -580,7 +638,7 @@ def main(argv: list[str] | None = None) -> int:
                         stderr=subprocess.STDOUT,
                         check=False,
                     )
-            cleanup()
+            cleanup(volume_root)
     return code
 
 

@@ -626,9 +626,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f">> faults:\n{faults.read_text() if faults.exists() else 'none'}")
     finally:
         if args.keep:
-            print(
-                f">> containers kept; remove with: podman rm -f -t 0 $(podman ps -aq --filter label={LABEL}) && podman network rm {NETWORK}"
-            )
+            remove = f"podman rm -f -t 0 $(podman ps -aq --filter label={LABEL})"
+            print(f">> containers kept; remove with: {remove}; podman network rm {NETWORK}")
         else:
             for pod in pods:
                 with contextlib.suppress(Exception):

@@ -182,3 +182,12 @@ def test_the_kubectl_stand_in_understands_the_remote_drill() -> None:
     argv = KubectlInjector("lazarus", context="kind").command("lazarus-node-agent-1")
     assert cd.deleted_pod(argv[1:]) == "lazarus-node-agent-1"
     assert cd.deleted_pod(["get", "pods"]) is None
+
+
+def test_in_chart_redis_accepts_the_agents_without_the_images_entrypoint() -> None:
+    # `command` replaces the image's entrypoint (the official one turns protected mode
+    # off when no password is set; Debian's redis-server has none): the chart must.
+    pods, _ = _plan(IMAGE_VALUES)
+    redis = next(p for p in pods if p.component == "redis")
+    command = redis.container["command"]
+    assert command[command.index("--protected-mode") + 1] == "no"

@@ -573,6 +573,7 @@ def main(argv: list[str] | None = None) -> int:
         "pods": {p.name: {"argv": p.run_argv, "host_dirs": p.host_dirs} for p in pods},
     }
     (run_dir / "state.json").write_text(json.dumps(state, indent=1))
+    (run_dir / "faults.log").unlink(missing_ok=True)
     shim = run_dir / "bin" / "kubectl"
     me = shlex.join([sys.executable, str(Path(__file__).resolve())])
     shim.write_text(

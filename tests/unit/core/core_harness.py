@@ -15,6 +15,7 @@ from random import Random
 from typing import Any, TypeVar
 
 from coordinator.core import (
+    CloseSession,
     Command,
     CoordinatorCore,
     CoreSettings,
@@ -29,6 +30,7 @@ from coordinator.core import (
     SendDirective,
     SessionClosed,
     SessionOpened,
+    StatusCode,
     TaskChange,
     TaskProgress,
     TaskRecord,
@@ -95,17 +97,23 @@ class Harness:
         kinds: tuple[str, ...] = (),
         held: Sequence[HeldTask] = (),
     ) -> list[Command]:
+        before = (
+            self.incarnations.get(node_id),
+            self.sessions.get(node_id),
+            self.seq.get(node_id),
+        )
         if new_incarnation or node_id not in self.incarnations:
             self.incarnations[node_id] = self.incarnations.get(node_id, 0) + 1
         self._session_counter += 1
         session = f"{node_id}/s{self._session_counter}"
         self.sessions[node_id] = session
         self.seq[node_id] = 0
-        return self.step(
+        incarnation = f"{node_id}#{self.incarnations[node_id]}"
+        commands = self.step(
             SessionOpened(
                 session,
                 node_id,
-                f"{node_id}#{self.incarnations[node_id]}",
+                incarnation,
                 self.now,
                 capacity_slots=slots,
                 labels=labels,
@@ -113,6 +121,20 @@ class Harness:
                 held_tasks=tuple(held),
             )
         )
+        refused = any(
+            isinstance(c, CloseSession)
+            and c.session_id == session
+            and c.code is StatusCode.FAILED_PRECONDITION
+            for c in commands
+        )
+        if refused and before[1] is not None:
+            # Another live process holds the node id (DESIGN.md §4): the refused
+            # process changes nothing; the holder's Session goes on.
+            incarnation_no, old_session, old_seq = before
+            self.incarnations[node_id] = incarnation_no or 0
+            self.sessions[node_id] = old_session
+            self.seq[node_id] = old_seq or 0
+        return commands
 
     def heartbeat(
         self, node_id: str, tasks: Sequence[TaskProgress] = (), *, seq: int | None = None

@@ -173,10 +173,7 @@ def _place(
 ) -> Fault | None:
     busy = _active(faults, at_s, at_s + length_s)
     if kind.group == "agent":
-        if kind is FaultKind.PARTITION_AGENT:
-            candidates = [agents - 1]
-        else:
-            candidates = list(range(agents))
+        candidates = [agents - 1] if kind is FaultKind.PARTITION_AGENT else list(range(agents))
         taken = {f.target for f in busy if f.kind.group == "agent"}
         free = [a for a in candidates if a not in taken]
         if not free or len(taken) + 1 >= agents:  # keep one agent untouched

@@ -207,7 +207,9 @@ def check(records: Iterable[EffectRecord], *, max_violations_per_kind: int = 50)
             who = sorted({f"{r.node}/pid {r.pid} epoch {r.epoch}" for r in recs if r.ev == "done"})
             found.append(
                 Violation(
-                    ViolationKind.DUPLICATE_EXECUTION, task, f"{done} completions by {', '.join(who)}"
+                    ViolationKind.DUPLICATE_EXECUTION,
+                    task,
+                    f"{done} completions by {', '.join(who)}",
                 )
             )
         per_kind: dict[ViolationKind, int] = {}
@@ -299,9 +301,7 @@ def _progress_kept(task: str, recs: list[EffectRecord]) -> list[Violation]:
     return out
 
 
-def effect_line(
-    *, t: float, pid: int, node: str, task: str, epoch: int, ev: str, step: int
-) -> str:
+def effect_line(*, t: float, pid: int, node: str, task: str, epoch: int, ev: str, step: int) -> str:
     """One sink line (what the workload writes), newline included."""
     body: dict[str, Any] = {
         "t": round(t, 6),

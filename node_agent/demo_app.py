@@ -70,10 +70,10 @@ from typing import Any, ClassVar
 from node_agent.sdk import Agent, SyncTaskContext, TaskContext, TaskFailure
 
 __all__ = [
+    "DRILL_SHARED_DOCS",
     "MAX_NGRAM",
     "MAX_SPAN_LINES",
     "MAX_TOP",
-    "DRILL_SHARED_DOCS",
     "DrillJob",
     "HashChainJob",
     "SleepJob",
@@ -502,12 +502,12 @@ async def _textstats(
 # ---------------------------------------------------------------------- drill
 
 DRILL_SHARED_DOCS = {
-    "drill-counter": "pn-counter",
-    "drill-set": "or-set",
-    "drill-map": "lww-map",
-    "drill-log": "rga-log",
+    "counter": "pn-counter",
+    "set": "or-set",
+    "map": "lww-map",
+    "log": "rga-log",
 }
-"""Shared documents a ``drill`` task writes (name -> kind), one operation per item."""
+"""Shared documents a ``drill`` task writes (``<prefix>-<name>`` -> kind), one op per item."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -516,7 +516,7 @@ class DrillJob:
 
     stats: TextStatsJob
     sink: str
-    shared: bool = False
+    shared: str = ""
 
 
 def parse_drill_payload(payload: Any) -> DrillJob:
@@ -524,8 +524,9 @@ def parse_drill_payload(payload: Any) -> DrillJob:
 
     Args:
         payload: a ``textstats`` payload plus ``sink`` (str, required: an
-            absolute directory the drill owns) and ``shared`` (bool, default
-            false: also write the ``DRILL_SHARED_DOCS`` documents).
+            absolute directory the drill owns) and ``shared`` (str, default
+            "": a document-name prefix; when set each item also writes one of
+            the ``DRILL_SHARED_DOCS`` documents ``<prefix>-<name>``).
 
     Returns:
         The job.
@@ -535,11 +536,11 @@ def parse_drill_payload(payload: Any) -> DrillJob:
     """
     obj = dict(_as_object(payload, _TEXTSTATS_FIELDS | {"sink", "shared"}))
     sink = obj.pop("sink", None)
-    shared = obj.pop("shared", False)
+    shared = obj.pop("shared", "")
     if not isinstance(sink, str) or not sink.startswith("/"):
         raise _fail("sink", f"must be an absolute directory, got {sink!r}")
-    if not isinstance(shared, bool):
-        raise _fail("shared", f"must be a boolean, got {shared!r}")
+    if not isinstance(shared, str) or len(shared) > 64:
+        raise _fail("shared", f"must be a document-name prefix (str), got {shared!r}")
     return DrillJob(parse_textstats_payload(obj), sink, shared)
 
 
@@ -590,7 +591,7 @@ class _Effects:
         if not self.job.shared:
             return
         name = list(DRILL_SHARED_DOCS)[step % 4]
-        doc = ctx.shared(name, kind=DRILL_SHARED_DOCS[name])
+        doc = ctx.shared(f"{self.job.shared}-{name}", kind=DRILL_SHARED_DOCS[name])
         tag = f"{ctx.task_id}:e{ctx.epoch}:{step}"
         # Shielded: an operation that commits while the handler is cancelled is
         # still acknowledged, so its ground-truth line must be written.
@@ -612,7 +613,8 @@ class _Effects:
             arg = tag
             receipt = await doc.append(arg)
         entry: dict[str, Any] = {
-            "doc": f"shared/{name}",
+            "doc": f"shared/{self.job.shared}-{name}",
+            "kind": kind,
             "arg": arg,
             "replica": receipt.replica_id,
             "seq": receipt.seq,

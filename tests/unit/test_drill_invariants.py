@@ -15,13 +15,31 @@ from lazarus.drill_invariants import (
 )
 
 
-def rec(t: float, ev: str, step: int, *, epoch: int = 1, pid: int = 100, node: str = "a0",
-        task: str = "t1") -> EffectRecord:
+def rec(
+    t: float,
+    ev: str,
+    step: int,
+    *,
+    epoch: int = 1,
+    pid: int = 100,
+    node: str = "a0",
+    task: str = "t1",
+) -> EffectRecord:
     return EffectRecord(t=t, pid=pid, node=node, task=task, epoch=epoch, ev=ev, step=step)
 
 
-def run(t0: float, *, epoch: int, pid: int, node: str, start: int, end: int, every: int = 2,
-        done: bool = True, task: str = "t1") -> list[EffectRecord]:
+def run(
+    t0: float,
+    *,
+    epoch: int,
+    pid: int,
+    node: str,
+    start: int,
+    end: int,
+    every: int = 2,
+    done: bool = True,
+    task: str = "t1",
+) -> list[EffectRecord]:
     """One handler run: start, steps start..end-1 (checkpoint every ``every``), maybe done."""
     out = [rec(t0, "start", start, epoch=epoch, pid=pid, node=node, task=task)]
     t = t0

@@ -124,7 +124,7 @@ def drill(
         str,
         typer.Argument(
             help="kill-node, kill-leader, partition-heal, etcd-member-loss, redis-restart, "
-            "duplicate-identity, complete-failure, chaos, or all."
+            "duplicate-identity, complete-failure, chaos, a comma-separated list, or all."
         ),
     ] = "all",
     run_dir: Annotated[
@@ -160,6 +160,13 @@ def drill(
     duration: Annotated[
         float, typer.Option(min=5.0, help="chaos: seconds of faults per seed.")
     ] = 60.0,
+    netns: Annotated[
+        bool,
+        typer.Option(
+            help="As root, put the last agent in a network namespace (real partitions); "
+            "--no-netns pauses a process instead."
+        ),
+    ] = True,
 ) -> None:
     """Inject a real fault into a live cluster, heal, and check nothing was lost.
 
@@ -215,11 +222,13 @@ def drill(
             "--coordinators to drill a fresh local cluster)",
             param_hint="--kubectl-namespace",
         )
-    if scenario != "all" and scenario not in SCENARIOS:
-        raise typer.BadParameter(
-            f"{scenario!r}: choose one of {', '.join(SCENARIOS)}, or all", param_hint="SCENARIO"
-        )
-    scenarios = list(SCENARIOS) if scenario == "all" else [scenario]
+    scenarios = list(SCENARIOS) if scenario == "all" else scenario.split(",")
+    for name in scenarios:
+        if name not in SCENARIOS:
+            raise typer.BadParameter(
+                f"{name!r}: choose one of {', '.join(SCENARIOS)}, a comma-separated list, or all",
+                param_hint="SCENARIO",
+            )
     console = Console(stderr=json_output, width=None if sys.stdout.isatty() else 130)
     root = (run_dir or Path(tempfile.mkdtemp(prefix="lazarus-drill-"))).resolve()
     root.mkdir(parents=True, exist_ok=True)
@@ -246,7 +255,7 @@ def drill(
         return
     console.print(f"[bold]Lazarus drill[/] {scenario} — logs, report and timeline under {root}")
     with console.status("starting 3 etcd members, Redis, 3 coordinators and the node agents"):
-        cluster, ns, why = make_drill_cluster(root / "cluster", agents=agents)
+        cluster, ns, why = make_drill_cluster(root / "cluster", agents=agents, use_netns=netns)
     if ns is None:
         console.print(f"[yellow]no network namespaces ({why}): partition-heal pauses a process[/]")
     held = True

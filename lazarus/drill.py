@@ -97,6 +97,9 @@ SCENARIOS = (
 CHAOS_SECONDS = 60.0
 """Length of the chaos schedule ``all`` runs, seconds."""
 
+DRILL_MAX_ATTEMPTS = 100
+"""max_attempts of the drill workload's tasks."""
+
 DUPLICATE_S = 12.0
 """How long duplicate-identity keeps the second process running, seconds."""
 
@@ -428,30 +431,37 @@ class _Drill:
         run_dir = getattr(self.cluster, "run_dir", None)
         return Path(run_dir) / "effects" if run_dir is not None else None
 
-    def _workload(self, scenario: str) -> tuple[int, int, float]:
-        """(tasks, lines per task, work ms per line) for ``scenario``."""
+    def _workload(self, scenario: str) -> tuple[int, int, float, int]:
+        """(tasks, lines per task, work ms per line, lines between checkpoints) for ``scenario``."""
         if scenario == "chaos":
             # Tasks outlast the schedule, so every fault meets running tasks.
             work_ms = max(self.work_ms, self.chaos_s * 0.8 * 1000 / demo_app.MAX_SPAN_LINES)
             lines = min(demo_app.MAX_SPAN_LINES, int(self.chaos_s * 0.8 * 1000 / work_ms))
-            return max(4, self.n_tasks // 2), lines, work_ms
+            return max(4, self.n_tasks // 2), lines, work_ms, 20
         if scenario == "duplicate-identity":
             work_ms = max(self.work_ms, 25.0)
-            return (
-                self.n_tasks,
-                min(demo_app.MAX_SPAN_LINES, int(DUPLICATE_S * 1500 / work_ms)),
-                work_ms,
-            )
-        return self.n_tasks, self.lines, self.work_ms
+            lines = min(demo_app.MAX_SPAN_LINES, int(DUPLICATE_S * 1500 / work_ms))
+            return self.n_tasks, lines, work_ms, 20
+        if scenario == "partition-heal":
+            # Journal only, local durability (no wait on Redis stalls a cut-off owner)
+            # and tasks that outlast the DEAD verdict: only the self-fence stops the
+            # old owner in time (the drill submits them with local durability).
+            return self.n_tasks, 400, max(self.work_ms, 20.0), 0
+        return self.n_tasks, self.lines, self.work_ms, 20
 
     async def run(self, scenario: str) -> DrillResult:
         c = self.cluster
         self.round += 1
         await c.ready(90)
         t0 = time.time()
-        n_tasks, lines, work_ms = self._workload(scenario)
+        n_tasks, lines, work_ms, every = self._workload(scenario)
+        durability = (
+            records_pb2.CHECKPOINT_DURABILITY_LOCAL
+            if scenario == "partition-heal"
+            else records_pb2.CHECKPOINT_DURABILITY_UNSPECIFIED
+        )
         payloads = demo_app.make_payloads(
-            n_tasks, lines_per_task=lines, every=20, work_ms=work_ms, seed=self.round
+            n_tasks, lines_per_task=lines, every=every, work_ms=work_ms, seed=self.round
         )
         root = self._sink_root()
         sink = root / f"{self.round:02d}-{scenario}" if root is not None else None
@@ -461,10 +471,14 @@ class _Drill:
             kind, body = "textstats", payload
             if sink is not None:
                 kind, body = "drill", {**payload, "sink": str(sink), "shared": shared}
+            # A drill tests losses, not the retry budget: chaos may take a task's
+            # node away more often than the default max_attempts allows.
             record = await c.submit(
                 f"drill-{self.token}-{self.round}-{scenario}-{i}",
                 kind,
                 json.dumps(body).encode(),
+                max_attempts=DRILL_MAX_ATTEMPTS,
+                durability=durability,
             )
             by_id[record.task_id] = payload
         await asyncio.sleep(1.5)

@@ -60,6 +60,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from lazarus.chaos import Fault, FaultKind, make_schedule, schedule_lines
@@ -1014,7 +1015,7 @@ async def run_drills(
             verdict = "[green]held[/]" if result.held else "[red]FAILED[/]"
             console.print(f"drill [bold]{name}[/]: {result.fault} — {verdict}")
             for v in result.violations[:3]:
-                console.print(f"    [red]{v}[/]")
+                console.print(f"    [red]{escape(v)}[/]")
             results.append(result)
     return results
 
@@ -1074,7 +1075,7 @@ def print_report(report: DrillReport, console: Console) -> None:
         for line in r.schedule:
             console.print(f"    {line}")
         for note in r.notes[:8]:
-            console.print(f"    note: {note}")
+            console.print(f"    note: {escape(note)}")
 
 
 _STATE_COLOURS = {

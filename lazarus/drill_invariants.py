@@ -227,15 +227,22 @@ def check(records: Iterable[EffectRecord], *, max_violations_per_kind: int = 50)
 
 
 def _one_owner(task: str, recs: list[EffectRecord]) -> list[Violation]:
-    owners: dict[int, dict[tuple[str, int], float]] = {}
+    spans: dict[int, dict[tuple[str, int], list[float]]] = {}
     for r in recs:
         if r.ev == "step":
-            owners.setdefault(r.epoch, {}).setdefault(r.process, r.t)
+            span = spans.setdefault(r.epoch, {}).setdefault(r.process, [r.t, r.t])
+            span[1] = r.t
     out = []
-    for epoch, procs in sorted(owners.items()):
+    for epoch, procs in sorted(spans.items()):
         if len(procs) > 1:
-            who = ", ".join(f"{node}/pid {pid} from t={t:.3f}" for (node, pid), t in procs.items())
-            out.append(Violation(ViolationKind.TWO_OWNERS, task, f"epoch {epoch}: {who}"))
+            ordered = sorted(procs.items(), key=lambda kv: kv[1][0])
+            overlap = any(b[1][0] <= a[1][1] for a, b in zip(ordered, ordered[1:], strict=False))
+            who = ", ".join(
+                f"{node}/pid {pid} t={first:.3f}..{last:.3f}"
+                for (node, pid), (first, last) in ordered
+            )
+            when = "at the same time" if overlap else "one after the other"
+            out.append(Violation(ViolationKind.TWO_OWNERS, task, f"epoch {epoch} ({when}): {who}"))
     return out
 
 

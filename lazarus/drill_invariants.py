@@ -26,6 +26,7 @@ No IO, no clock: the caller reads the files (``read_sink``) and passes records.
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -236,7 +237,7 @@ def _one_owner(task: str, recs: list[EffectRecord]) -> list[Violation]:
     for epoch, procs in sorted(spans.items()):
         if len(procs) > 1:
             ordered = sorted(procs.items(), key=lambda kv: kv[1][0])
-            overlap = any(b[1][0] <= a[1][1] for a, b in zip(ordered, ordered[1:], strict=False))
+            overlap = any(b[1][0] <= a[1][1] for a, b in itertools.pairwise(ordered))
             who = ", ".join(
                 f"{node}/pid {pid} t={first:.3f}..{last:.3f}"
                 for (node, pid), (first, last) in ordered

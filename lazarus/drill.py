@@ -104,8 +104,8 @@ DRILL_MAX_ATTEMPTS = 100
 DUPLICATE_S = 12.0
 """How long duplicate-identity keeps the second process running, seconds."""
 
-IDENTITY_REFUSED = ("held by another live process", "IdentityConflict", "FAILED_PRECONDITION")
-"""Log text showing a duplicate node id was refused (agent or coordinator log)."""
+IDENTITY_REFUSED = ("held by another live process", "FAILED_PRECONDITION")
+"""Text in the second agent's log showing its Hello was refused."""
 
 PARTITION_S = 10.0
 """How long partition-heal keeps the node cut off, seconds."""
@@ -805,13 +805,22 @@ class _Drill:
         finally:
             dup.kill()
         r.heal_at_s = time.time()
-        texts = [dup.log_tail(400)] + [child.log_tail(4000) for child in c.coordinators]
-        refused = any(marker in text for text in texts for marker in IDENTITY_REFUSED)
+        conflicts = [
+            f
+            for _, kind, f in self._collect(at)
+            if kind == "IdentityConflict" and f.get("node_id") == original.name
+        ]
+        told = any(marker in dup.log_tail(400) for marker in IDENTITY_REFUSED)
+        refused = bool(conflicts) and told
         r.identity_refused = refused
+        r.notes.append(
+            f"identity: {len(conflicts)} IdentityConflict event(s) for {original.name}; "
+            f"the second process {'was' if told else 'was NOT'} told it was refused"
+        )
         if not refused:
             r.notes.append(
-                "the second process was NOT refused (no IdentityConflict / FAILED_PRECONDITION "
-                "in its or the coordinators' logs): expected before the [identity] work lands"
+                "the second process was NOT refused (an IdentityConflict event and a refusal in "
+                "its log are both required): expected before the [identity] work lands"
             )
 
     async def _complete_failure(self, r: DrillResult) -> None:

@@ -229,7 +229,7 @@ def drill(
                 f"{name!r}: choose one of {', '.join(SCENARIOS)}, a comma-separated list, or all",
                 param_hint="SCENARIO",
             )
-    console = Console(stderr=json_output, width=None if sys.stdout.isatty() else 130)
+    console = Console(stderr=json_output, width=None if sys.stdout.isatty() else 190)
     root = (run_dir or Path(tempfile.mkdtemp(prefix="lazarus-drill-"))).resolve()
     root.mkdir(parents=True, exist_ok=True)
     if coordinators:

@@ -101,7 +101,6 @@ def load_app(path: str) -> Agent:
     return app
 
 
-
 UNSAFE_DISABLE_SELF_FENCE_ENV = "LAZARUS_UNSAFE_DISABLE_SELF_FENCE"
 """Set to exactly ``1`` to turn the self-fence off (the drills' mutation test only)."""
 
@@ -125,6 +124,7 @@ def _unsafe_disable_self_fence() -> bool:
         UNSAFE_DISABLE_SELF_FENCE_ENV,
     )
     return True
+
 
 class _ReplicationMetrics(ReplicationObserver):
     def __init__(self, metrics: AgentMetrics) -> None:

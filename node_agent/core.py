@@ -281,7 +281,7 @@ class AgentCore:
         hello: static Hello fields (address, capacity, labels, kinds, agent_version).
         unsafe_disable_self_fence: never self-fence (UNSAFE: a cut-off agent keeps
             running tasks the leader moves). Only for the drills' mutation test,
-            which shows the chaos drill fails without the fence.
+            which shows the partition-heal drill fails without the fence.
     """
 
     def __init__(

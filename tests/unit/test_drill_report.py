@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
 from lazarus.drill import (
     _RECONCILED,
     DrillResult,
@@ -87,3 +89,17 @@ def test_expected_documents_from_acknowledged_operations() -> None:
         "shared/m": {"k": "new"},
         "shared/s": ["x"],
     }
+
+
+def test_the_self_fence_hook_is_off_unless_set_to_exactly_1(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from node_agent.agent import UNSAFE_DISABLE_SELF_FENCE_ENV, _unsafe_disable_self_fence
+
+    monkeypatch.delenv(UNSAFE_DISABLE_SELF_FENCE_ENV, raising=False)
+    assert _unsafe_disable_self_fence() is False
+    monkeypatch.setenv(UNSAFE_DISABLE_SELF_FENCE_ENV, "true")
+    with pytest.raises(ValueError, match="refused"):
+        _unsafe_disable_self_fence()
+    monkeypatch.setenv(UNSAFE_DISABLE_SELF_FENCE_ENV, "1")
+    assert _unsafe_disable_self_fence() is True

@@ -13,7 +13,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 PACKAGES := lazarus coordinator node_agent reconcile
 PYTEST_ARGS ?=
 
-.PHONY: help setup system-deps venv test lint typecheck pytest demo proto lock bench clean image container-drill
+.PHONY: help setup system-deps venv test lint typecheck pytest demo chaos-soak proto lock bench clean image container-drill
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 14
@@ -57,6 +57,9 @@ pytest: setup  ## unit and integration tests against real etcd / redis
 
 demo: setup  ## every recovery drill on a fresh local cluster (see README)
 	$(VENV)/bin/lazarus drill all --run-dir .run/demo
+
+chaos-soak: setup  ## 20 seeded chaos drills of 60 s in a row (about 40 min; not in make test)
+	$(VENV)/bin/lazarus drill chaos --seed 1 --seeds 20 --duration 60 --run-dir .run/chaos
 
 proto: venv  ## regenerate lazarus/v1 stubs from proto/
 	$(PY) -m lazarus.protogen

@@ -123,7 +123,8 @@ def drill(
     scenario: Annotated[
         str,
         typer.Argument(
-            help="kill-node, kill-leader, partition-heal, etcd-member-loss, redis-restart, or all."
+            help="kill-node, kill-leader, partition-heal, etcd-member-loss, redis-restart, "
+            "duplicate-identity, complete-failure, chaos, a comma-separated list, or all."
         ),
     ] = "all",
     run_dir: Annotated[
@@ -152,6 +153,20 @@ def drill(
     kubectl_context: Annotated[
         str, typer.Option(help="Remote drills: kubeconfig context (default: current).")
     ] = "",
+    seed: Annotated[int, typer.Option(help="chaos: the schedule's seed (replays a run).")] = 1,
+    seeds: Annotated[
+        int, typer.Option(min=1, help="chaos: run this many seeds, --seed, --seed+1, ...")
+    ] = 1,
+    duration: Annotated[
+        float, typer.Option(min=5.0, help="chaos: seconds of faults per seed.")
+    ] = 60.0,
+    netns: Annotated[
+        bool,
+        typer.Option(
+            help="As root, put the last agent in a network namespace (real partitions); "
+            "--no-netns pauses a process instead."
+        ),
+    ] = True,
 ) -> None:
     """Inject a real fault into a live cluster, heal, and check nothing was lost.
 
@@ -171,6 +186,17 @@ def drill(
     pod, kill-leader the leading coordinator's) and the facts come from
     WatchEvents; partition-heal, etcd-member-loss and redis-restart need a
     network or store fault injector and are reported as skipped.
+
+    Safety is judged from the tasks' own side effects (every step start and
+    executed completion, with pid and epoch): one process per task and epoch,
+    epochs rising, no old-epoch step after a newer one began, one executed
+    completion per task (dup exec), no acknowledged checkpoint lost.
+
+    chaos runs a seeded random schedule of overlapping faults (SIGKILL/SIGSTOP
+    of agents, the leader, an etcd member, Redis; a partition; restarts with
+    the same data dir) for --duration seconds, then heals and checks; the
+    seed and schedule are printed and kept in report.json, so a failure
+    replays with --seed. Operators: lazarus drill chaos --seeds 20.
 
     Example: lazarus drill kill-node --tasks 24 --run-dir ./drill-run
     """
@@ -196,12 +222,14 @@ def drill(
             "--coordinators to drill a fresh local cluster)",
             param_hint="--kubectl-namespace",
         )
-    if scenario != "all" and scenario not in SCENARIOS:
-        raise typer.BadParameter(
-            f"{scenario!r}: choose one of {', '.join(SCENARIOS)}, or all", param_hint="SCENARIO"
-        )
-    scenarios = list(SCENARIOS) if scenario == "all" else [scenario]
-    console = Console(stderr=json_output, width=None if sys.stdout.isatty() else 130)
+    scenarios = list(SCENARIOS) if scenario == "all" else scenario.split(",")
+    for name in scenarios:
+        if name not in SCENARIOS:
+            raise typer.BadParameter(
+                f"{name!r}: choose one of {', '.join(SCENARIOS)}, a comma-separated list, or all",
+                param_hint="SCENARIO",
+            )
+    console = Console(stderr=json_output, width=None if sys.stdout.isatty() else 190)
     root = (run_dir or Path(tempfile.mkdtemp(prefix="lazarus-drill-"))).resolve()
     root.mkdir(parents=True, exist_ok=True)
     if coordinators:
@@ -227,7 +255,7 @@ def drill(
         return
     console.print(f"[bold]Lazarus drill[/] {scenario} — logs, report and timeline under {root}")
     with console.status("starting 3 etcd members, Redis, 3 coordinators and the node agents"):
-        cluster, ns, why = make_drill_cluster(root / "cluster", agents=agents)
+        cluster, ns, why = make_drill_cluster(root / "cluster", agents=agents, use_netns=netns)
     if ns is None:
         console.print(f"[yellow]no network namespaces ({why}): partition-heal pauses a process[/]")
     held = True
@@ -238,7 +266,14 @@ def drill(
                 console.print(f"[bold]round {i + 1} of {repeat}[/]")
             results += asyncio.run(
                 run_drills(
-                    cluster, scenarios, ns=ns, no_ns_reason=why, console=console, tasks=tasks
+                    cluster,
+                    scenarios,
+                    ns=ns,
+                    no_ns_reason=why,
+                    console=console,
+                    tasks=tasks,
+                    chaos_seeds=tuple(range(seed, seed + seeds)),
+                    chaos_s=duration,
                 )
             )
         report = DrillReport(results, str(root))

@@ -9,6 +9,12 @@ The scenarios of state_recovery_patterns.md, each run against a live cluster:
                           namespace when root; otherwise SIGSTOP, labelled so)
 ``etcd-member-loss``      partial system failure: SIGKILL one of three etcd members
 ``redis-restart``         SIGTERM Redis, restart it 3 s later (fsync'd AOF)
+``duplicate-identity``    a second ``lazarus node-agent`` with a running agent's
+                          ``--node-id`` (another data dir) for 12 s: it must be refused
+``complete-failure``      SIGKILL every process at once (agents, coordinators, every
+                          etcd member, Redis), restart them all
+``chaos``                 a seeded random schedule of overlapping faults
+                          (``lazarus.chaos``), then heal
 ========================  ==========================================================
 
 Each drill submits a workload (word/n-gram statistics over public-domain
@@ -16,10 +22,22 @@ novels, ``node_agent.demo_app``), injects the fault while it runs, heals, waits
 for every task to finish and reports: detection s (fault → DEAD verdict),
 recovery s (DEAD → the node's last task RUNNING elsewhere), leader failover s,
 tasks lost, duplicate completions, wrong results, work redone (upper bound),
-reconcile convergence s. The invariants — 0 tasks lost, 0 duplicate
-completions, every result equal to a direct computation — decide the exit
-status. The facts come from the coordinators' structured event log (every
-replica's, so a leader change loses nothing).
+reconcile s (the reconcile session after the heal, from the coordinators'
+``reconcile … completed`` log line). The facts come from the coordinators'
+structured event log (every replica's, so a leader change loses nothing).
+
+The safety invariants are read from the tasks' own side effects, not from
+Lazarus's bookkeeping: the workload (demo app kind ``drill``) appends every
+step start, acknowledged checkpoint and executed completion, with pid, node
+and epoch, to files under ``<run_dir>/effects/`` before the step's work, and
+``lazarus.drill_invariants`` checks them: one process per task and epoch,
+epochs rising, no step of an old epoch after a newer one began, one executed
+completion per task (``dup exec``), no acknowledged checkpoint lost.
+partition-heal also writes four shared documents (counter, set, map, log) on
+both sides of the cut and checks every replica and the canonical copy
+against the acknowledged operations. Any violation, a task lost, a
+completion accepted twice (``dup``), or a result different from a direct
+computation fails the drill.
 
 Output: a rich table (``print_report``), JSON (``DrillReport.to_json``) and a
 timeline PNG of node states, task moves, leader changes and the fault window
@@ -33,6 +51,7 @@ import contextlib
 import json
 import os
 import re
+import signal
 import time
 import uuid
 from collections.abc import Callable
@@ -41,10 +60,13 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
+from lazarus.chaos import Fault, FaultKind, make_schedule, schedule_lines
 from lazarus.devcluster import ChildProcess, LocalCluster
-from lazarus.localservers import EtcdCluster
+from lazarus.drill_invariants import ViolationKind, check, read_sink
+from lazarus.localservers import EtcdCluster, free_loopback_ports
 from lazarus.netns import Namespace, namespaces_available
 from lazarus.v1 import records_pb2
 from node_agent import demo_app
@@ -53,19 +75,43 @@ __all__ = [
     "SCENARIOS",
     "DrillReport",
     "DrillResult",
+    "expected_documents",
     "make_drill_cluster",
+    "parse_reconcile_seconds",
     "print_report",
     "run_drills",
     "write_timeline",
 ]
 
-SCENARIOS = ("kill-node", "kill-leader", "partition-heal", "etcd-member-loss", "redis-restart")
+SCENARIOS = (
+    "kill-node",
+    "kill-leader",
+    "partition-heal",
+    "etcd-member-loss",
+    "redis-restart",
+    "duplicate-identity",
+    "complete-failure",
+    "chaos",
+)
 """Every drill, in the order ``all`` runs them."""
+
+CHAOS_SECONDS = 60.0
+"""Length of the chaos schedule ``all`` runs, seconds."""
+
+DRILL_MAX_ATTEMPTS = 100
+"""max_attempts of the drill workload's tasks."""
+
+DUPLICATE_S = 12.0
+"""How long duplicate-identity keeps the second process running, seconds."""
+
+IDENTITY_REFUSED = ("held by another live process", "FAILED_PRECONDITION")
+"""Text in the second agent's log showing its Hello was refused."""
 
 PARTITION_S = 10.0
 """How long partition-heal keeps the node cut off, seconds."""
 
 _EVENT = re.compile(r"event term=(\d+) (\w+)\((.*)\)$")
+_RECONCILED = re.compile(r"reconcile (\S+) completed: converged=(\w+).* in ([0-9.]+) s")
 _FIELD = re.compile(r"(\w+)=('(?:[^']*)'|[^,]+)")
 _DONE = (records_pb2.TASK_STATE_COMPLETED, records_pb2.TASK_STATE_FAILED)
 
@@ -92,6 +138,21 @@ class DrillResult:
     work_redone_s: float = 0.0
     forks_kept: int = 0
     reconcile_convergence_s: float | None = None
+    dup_exec: int = 0
+    two_owners: int = 0
+    stale_steps: int = 0
+    epoch_regressions: int = 0
+    progress_lost: int = 0
+    effect_records: int = 0
+    effects_checked: bool = False
+    violations: list[str] = field(default_factory=list)
+    shared_ops: int = 0
+    shared_mismatches: int = 0
+    identity_refused: bool | None = None
+    time_to_all_running_s: float | None = None
+    seed: int | None = None
+    schedule: list[str] = field(default_factory=list)
+    fault_windows: list[tuple[float, float, str]] = field(default_factory=list)
     duration_s: float = 0.0
     started_at: float = 0.0
     inject_at_s: float = 0.0
@@ -102,9 +163,43 @@ class DrillResult:
     leaders: list[tuple[float, str]] = field(default_factory=list)
 
     @property
+    def safety_violations(self) -> int:
+        """Invariant violations read from the side-effect log (all kinds)."""
+        return (
+            self.two_owners
+            + self.stale_steps
+            + self.epoch_regressions
+            + self.progress_lost
+            + self.dup_exec
+        )
+
+    @property
     def held(self) -> bool:
-        """True when no task was lost, none completed twice, every result was right."""
-        return self.tasks_lost == 0 and self.duplicate_completions == 0 and self.wrong_results == 0
+        """True when every invariant held.
+
+        No task lost, none accepted or executed twice, every result right, no
+        side-effect invariant broken (when the drill could read the side
+        effects, it must have read some), shared documents equal to the
+        acknowledged operations, a duplicate node id refused, and on
+        partition-heal a reconcile session measured.
+        """
+        ok = (
+            self.tasks_lost == 0
+            and self.duplicate_completions == 0
+            and self.wrong_results == 0
+            and self.safety_violations == 0
+            and self.shared_mismatches == 0
+            and self.identity_refused is not False
+        )
+        if self.effects_checked and self.effect_records == 0:
+            ok = False
+        if (
+            self.scenario == "partition-heal"
+            and self.shared_ops
+            and (self.reconcile_convergence_s is None)
+        ):
+            ok = False
+        return ok
 
 
 @dataclass
@@ -127,6 +222,7 @@ class DrillReport:
             d.pop("events")
             d.pop("leaders")
             d["held"] = r.held
+            d["safety_violations"] = r.safety_violations
             out.append(d)
         return {"held": self.held, "run_dir": self.run_dir, "drills": out}
 
@@ -137,13 +233,20 @@ class DrillReport:
 
 
 def make_drill_cluster(
-    run_dir: Path, *, agents: int = 4, use_netns: bool = True
+    run_dir: Path, *, agents: int = 4, use_netns: bool = True, env: dict[str, str] | None = None
 ) -> tuple[LocalCluster, Namespace | None, str]:
     """A local cluster fit for every drill: 3 etcd members, 3 coordinators, ``agents`` agents.
 
     When network namespaces are available (root) the last agent lives in its
     own namespace, reaching the coordinators and Redis over a veth in
     198.18.0.0/15, so partition-heal is a real partition.
+
+    Args:
+        run_dir: logs, stores and the side-effect sink go under it.
+        agents: node agents (>= 2).
+        use_netns: put the last agent in a network namespace when root.
+        env: extra environment of every child (e.g. the mutation test's
+            ``LAZARUS_UNSAFE_DISABLE_SELF_FENCE``).
 
     Returns:
         (cluster, namespace or None, why there is no namespace or "").
@@ -161,6 +264,7 @@ def make_drill_cluster(
         cluster="drill",
         listen_host=ns.host_ip if ns else "127.0.0.1",
         redis_bind=[ns.host_ip] if ns else [],
+        env=env,
     )
     cluster.start()
     for i in range(agents):
@@ -216,6 +320,83 @@ def _leaderships(cluster: LocalCluster, since: float) -> list[tuple[float, str]]
     return sorted(out)
 
 
+def _reconciles(cluster: LocalCluster, since: float) -> list[tuple[float, str, bool, float]]:
+    """(ts, session id, converged, seconds) of every ``reconcile … completed`` log line."""
+    out: dict[str, tuple[float, str, bool, float]] = {}
+    for child in cluster.coordinators:
+        with contextlib.suppress(OSError):
+            for line in child.log_path.read_text(errors="replace").splitlines():
+                if "completed: converged=" not in line:
+                    continue
+                try:
+                    rec = json.loads(line)
+                    ts = float(rec.get("ts", 0))
+                except (json.JSONDecodeError, ValueError):
+                    continue
+                m = _RECONCILED.search(str(rec.get("msg", "")))
+                if m and ts >= since:
+                    out.setdefault(
+                        m.group(1), (ts, m.group(1), m.group(2) == "True", float(m.group(3)))
+                    )
+    return sorted(out.values())
+
+
+def parse_reconcile_seconds(
+    sessions: list[tuple[float, str, bool, float]], heal_at: float
+) -> float | None:
+    """Seconds of the first converged reconcile session completed after ``heal_at`` (or None)."""
+    for ts, _, converged, seconds in sessions:
+        if ts >= heal_at and converged:
+            return seconds
+    return None
+
+
+def _read_acked(sink: Path) -> list[dict[str, Any]]:
+    """The acknowledged shared-document operations the workload logged under ``sink``."""
+    acked: list[dict[str, Any]] = []
+    for path in sorted(sink.glob("acked-*.jsonl")):
+        for line in path.read_text(errors="replace").splitlines():
+            with contextlib.suppress(json.JSONDecodeError):
+                acked.append(json.loads(line))
+    return acked
+
+
+def _value(doc: Any) -> Any:
+    value = doc.value()
+    if doc.kind == "or-set":
+        return sorted(value)
+    return value
+
+
+def expected_documents(acked: list[dict[str, Any]]) -> dict[str, Any]:
+    """Each shared document's value computed from its acknowledged operations alone.
+
+    Counters sum, sets hold every added member (the drill never removes), maps
+    keep per key the write with the greatest (HLC wall, logical, replica, seq),
+    logs hold every appended item (compared as a sorted list: RGA decides the
+    order, which every replica must agree on, checked separately).
+    """
+    out: dict[str, Any] = {}
+    winners: dict[str, dict[str, tuple[tuple[int, int, str, int], str]]] = {}
+    for op in acked:
+        doc, kind, arg = op["doc"], op["kind"], op["arg"]
+        if kind == "pn-counter":
+            out[doc] = out.get(doc, 0) + int(arg)
+        elif kind == "or-set":
+            out.setdefault(doc, set()).add(arg)
+        elif kind == "lww-map":
+            stamp = (op["at"][0], op["at"][1], op["replica"], op["seq"])
+            key, value = arg
+            w = winners.setdefault(doc, {})
+            if key not in w or w[key][0] < stamp:
+                w[key] = (stamp, value)
+        else:
+            out.setdefault(doc, []).append(arg)
+    for doc, w in winners.items():
+        out[doc] = {k: v for k, (_, v) in sorted(w.items())}
+    return {d: sorted(v) if isinstance(v, set | list) else v for d, v in sorted(out.items())}
+
+
 # ---------------------------------------------------------------------------
 # One drill.
 # ---------------------------------------------------------------------------
@@ -239,40 +420,170 @@ class _Drill:
         self.n_tasks = tasks
         self.lines = lines
         self.work_ms = work_ms
+        self.chaos_s = CHAOS_SECONDS
+        self.chaos_seed = 1
         self.round = 0
         # Request ids must be new in every run: SubmitTask is idempotent on them,
         # and a repeated id would hand back the tasks of an earlier run, finished.
         self.token = uuid.uuid4().hex[:8]
 
+    def _sink_root(self) -> Path | None:
+        """Where the workload's side effects go (None: a remote cluster; not checked)."""
+        run_dir = getattr(self.cluster, "run_dir", None)
+        return Path(run_dir) / "effects" if run_dir is not None else None
+
+    def _workload(self, scenario: str) -> tuple[int, int, float, int]:
+        """(tasks, lines per task, work ms per line, lines between checkpoints) for ``scenario``."""
+        if scenario == "chaos":
+            # Tasks outlast the schedule, so every fault meets running tasks.
+            work_ms = max(self.work_ms, self.chaos_s * 0.8 * 1000 / demo_app.MAX_SPAN_LINES)
+            lines = min(demo_app.MAX_SPAN_LINES, int(self.chaos_s * 0.8 * 1000 / work_ms))
+            return max(4, self.n_tasks // 2), lines, work_ms, 20
+        if scenario == "duplicate-identity":
+            work_ms = max(self.work_ms, 25.0)
+            lines = min(demo_app.MAX_SPAN_LINES, int(DUPLICATE_S * 1500 / work_ms))
+            return self.n_tasks, lines, work_ms, 20
+        if scenario == "partition-heal":
+            # Journal only, local durability (no wait on Redis stalls a cut-off owner)
+            # and tasks that outlast the DEAD verdict: only the self-fence stops the
+            # old owner in time (the drill submits them with local durability).
+            return self.n_tasks, 400, max(self.work_ms, 20.0), 0
+        return self.n_tasks, self.lines, self.work_ms, 20
+
     async def run(self, scenario: str) -> DrillResult:
         c = self.cluster
         self.round += 1
-        await c.ready(60)
+        await c.ready(90)
         t0 = time.time()
-        payloads = demo_app.make_payloads(
-            self.n_tasks,
-            lines_per_task=self.lines,
-            every=20,
-            work_ms=self.work_ms,
-            seed=self.round,
+        n_tasks, lines, work_ms, every = self._workload(scenario)
+        durability = (
+            records_pb2.CHECKPOINT_DURABILITY_LOCAL
+            if scenario == "partition-heal"
+            else records_pb2.CHECKPOINT_DURABILITY_UNSPECIFIED
         )
+        payloads = demo_app.make_payloads(
+            n_tasks, lines_per_task=lines, every=every, work_ms=work_ms, seed=self.round
+        )
+        root = self._sink_root()
+        sink = root / f"{self.round:02d}-{scenario}" if root is not None else None
+        shared = f"drill{self.token}r{self.round}" if scenario == "partition-heal" else ""
         by_id: dict[str, dict[str, Any]] = {}
         for i, payload in enumerate(payloads):
+            kind, body = "textstats", payload
+            if sink is not None:
+                kind, body = "drill", {**payload, "sink": str(sink), "shared": shared}
+            # A drill tests losses, not the retry budget: chaos may take a task's
+            # node away more often than the default max_attempts allows.
             record = await c.submit(
                 f"drill-{self.token}-{self.round}-{scenario}-{i}",
-                "textstats",
-                json.dumps(payload).encode(),
+                kind,
+                json.dumps(body).encode(),
+                max_attempts=DRILL_MAX_ATTEMPTS,
+                durability=durability,
             )
             by_id[record.task_id] = payload
         await asyncio.sleep(1.5)
         result = DrillResult(scenario=scenario, fault="", tasks=len(by_id), started_at=t0)
         inject: Callable[[DrillResult], Any] = getattr(self, "_" + scenario.replace("-", "_"))
         await inject(result)
-        tasks = await self._wait_done(set(by_id), timeout_s=180)
+        tasks = await self._wait_done(set(by_id), timeout_s=240)
         await asyncio.sleep(1.0)  # the last events reach the logs
         await self._judge(result, t0, tasks, by_id)
+        if sink is not None:
+            self._judge_effects(result, sink, set(by_id))
+            if shared:
+                await self._judge_shared(result, sink, shared)
         result.duration_s = time.time() - t0
         return result
+
+    async def _judge_shared(self, r: DrillResult, sink: Path, prefix: str) -> None:
+        """Every replica and the canonical copy of the shared documents vs the acknowledged ops.
+
+        Waits up to 30 s for convergence; what still differs then is a mismatch.
+        """
+        acked = _read_acked(sink)
+        r.shared_ops = len(acked)
+        if not acked:
+            r.notes.append("no shared-document operation was acknowledged")
+            r.shared_mismatches += 1
+            return
+        want = expected_documents(acked)
+        deadline = time.monotonic() + 30.0
+        problems: list[str] = []
+        while True:
+            problems = await asyncio.to_thread(self._shared_problems, want)
+            if not problems or time.monotonic() > deadline:
+                break
+            await asyncio.sleep(1.0)
+        r.shared_mismatches = len(problems)
+        sides = {op["replica"].split("~")[0] for op in acked}
+        r.notes.append(
+            f"shared documents: {len(acked)} acknowledged ops from {len(sides)} nodes "
+            f"({', '.join(sorted(sides))}); {len(problems)} replica(s) differ"
+        )
+        r.notes.extend(problems[:5])
+
+    def _shared_problems(self, want: dict[str, Any]) -> list[str]:
+        import redis
+
+        from coordinator.documents import decode_record, document_key
+        from node_agent.shared import read_replicas
+        from reconcile.documents import decode_document
+
+        cluster = self.cluster
+        assert isinstance(cluster, LocalCluster)
+        replicas: dict[str, dict[str, Any]] = {}
+        try:
+            client = redis.Redis.from_url(cluster.redis_url, socket_timeout=5)
+            canonical = {}
+            for doc_id in want:
+                data = client.get(document_key(doc_id))
+                if data is not None:
+                    record = decode_record(bytes(data))  # type: ignore[arg-type]
+                    canonical[doc_id] = decode_document(bytes(record.state))
+            client.close()
+            replicas["canonical"] = canonical
+        except Exception as exc:
+            return [f"canonical copy unreadable: {exc}"]
+        for agent in cluster.agents:
+            with contextlib.suppress(Exception):
+                replicas[agent.name] = read_replicas(cluster.run_dir / agent.name)
+        problems = []
+        orders: dict[str, dict[str, Any]] = {}
+        for where, docs in replicas.items():
+            for doc_id, value in want.items():
+                doc = docs.get(doc_id)
+                if doc is None:
+                    if where == "canonical":
+                        problems.append(f"canonical: {doc_id} missing")
+                    continue
+                got = _value(doc)
+                if doc.kind == "rga-log":
+                    orders.setdefault(doc_id, {})[where] = list(got)
+                    got = sorted(got)
+                if got != value:
+                    problems.append(f"{where}: {doc_id} = {str(got)[:80]} != {str(value)[:80]}")
+        for doc_id, by_where in orders.items():
+            if len({json.dumps(v) for v in by_where.values()}) > 1:
+                problems.append(f"{doc_id}: replicas disagree on the log's order")
+        return problems
+
+    def _judge_effects(self, r: DrillResult, sink: Path, tasks: set[str]) -> None:
+        """The side-effect invariants (``lazarus.drill_invariants``) over ``sink``."""
+        report = check(read_sink(sink, tasks))
+        counts = report.counts()
+        r.effects_checked = True
+        r.effect_records = report.records
+        r.dup_exec = report.dup_exec
+        r.two_owners = counts[ViolationKind.TWO_OWNERS.name]
+        r.stale_steps = counts[ViolationKind.STALE_STEP.name]
+        r.epoch_regressions = counts[ViolationKind.EPOCH_REGRESSED.name]
+        r.progress_lost = counts[ViolationKind.PROGRESS_LOST.name]
+        r.violations = [str(v) for v in report.violations[:50]]
+        if report.records == 0:
+            r.notes.append(f"no side effects logged under {sink}: nothing to judge")
+        for v in report.violations[:5]:
+            r.notes.append(f"VIOLATION {v}")
 
     async def _wait_done(
         self, ids: set[str], timeout_s: float
@@ -322,10 +633,11 @@ class _Drill:
                     r.tasks_lost += 1
             if kind == "ConflictDetected" and f.get("task_id") in by_id:
                 r.forks_kept += 1
-            if kind == "ReconcileCompleted" and r.reconcile_convergence_s is None:
-                with contextlib.suppress(ValueError):
-                    r.reconcile_convergence_s = float(f.get("seconds", f.get("duration_s", "")))
         r.duplicate_completions = sum(1 for epochs in completions.values() if len(epochs) > 1)
+        if r.heal_at_s and isinstance(self.cluster, LocalCluster):
+            r.reconcile_convergence_s = parse_reconcile_seconds(
+                _reconciles(self.cluster, t0), r.heal_at_s
+            )
         for task_id, payload in by_id.items():
             task = tasks.get(task_id)
             if task is None or task.state != records_pb2.TASK_STATE_COMPLETED:
@@ -471,6 +783,212 @@ class _Drill:
         redis.start()
         r.heal_at_s = time.time()
 
+    async def _duplicate_identity(self, r: DrillResult) -> None:
+        c = self.cluster
+        original = c.agents[0]
+        (metrics_port,) = free_loopback_ports(1)
+        argv = list(original.argv)
+        argv[argv.index("--data-dir") + 1] = str(c.run_dir / f"{original.name}-duplicate")
+        argv[argv.index("--metrics-listen") + 1] = f"127.0.0.1:{metrics_port}"
+        dup = ChildProcess(
+            f"{original.name}-duplicate", argv, c.run_dir / f"{original.name}-duplicate.log", c.env
+        )
+        r.fault = (
+            f"a second node agent with --node-id {original.name} (pid {original.pid} runs it), "
+            f"another data dir, for {DUPLICATE_S:g} s"
+        )
+        at = time.time()
+        r.inject_at_s = at
+        dup.start()
+        try:
+            await asyncio.sleep(DUPLICATE_S)
+        finally:
+            dup.kill()
+        r.heal_at_s = time.time()
+        conflicts = [
+            f
+            for _, kind, f in self._collect(at)
+            if kind == "IdentityConflict" and f.get("node_id") == original.name
+        ]
+        told = any(marker in dup.log_tail(400) for marker in IDENTITY_REFUSED)
+        refused = bool(conflicts) and told
+        r.identity_refused = refused
+        r.notes.append(
+            f"identity: {len(conflicts)} IdentityConflict event(s) for {original.name}; "
+            f"the second process {'was' if told else 'was NOT'} told it was refused"
+        )
+        if not refused:
+            r.notes.append(
+                "the second process was NOT refused (an IdentityConflict event and a refusal in "
+                "its log are both required): expected before the [identity] work lands"
+            )
+
+    async def _complete_failure(self, r: DrillResult) -> None:
+        c = self.cluster
+        await asyncio.sleep(2.0)  # checkpoints exist to resume from
+        r.fault = "SIGKILL every process at once: agents, coordinators, every etcd member, Redis"
+        at = time.time()
+        r.inject_at_s = at
+        children = [*c.agents, *c.coordinators]
+        for child in children:
+            child.signal(signal.SIGKILL)
+        members = c.etcd.members if isinstance(c.etcd, EtcdCluster) else [c.etcd]
+        for member in members:
+            if member is not None:
+                member.kill()
+        if c.redis is not None:
+            c.redis.kill()
+        for child in children:
+            child.kill()  # reap
+        await asyncio.sleep(1.0)
+        restart = time.time()
+        r.heal_at_s = restart
+
+        def start_stores() -> None:
+            for member in members:
+                if member is not None:
+                    member.start(wait=False)
+            for member in members:
+                if member is not None:
+                    member.wait_ready()
+            if c.redis is not None:
+                c.redis.start()
+
+        await asyncio.to_thread(start_stores)
+        for child in children:
+            child.start()
+        r.time_to_all_running_s = await self._all_running(restart, timeout_s=120)
+        r.recovery_s = r.time_to_all_running_s
+        if r.time_to_all_running_s is None:
+            r.notes.append("not every unfinished task was RUNNING again within 120 s")
+
+    async def _all_running(self, since: float, timeout_s: float) -> float | None:
+        """Seconds from ``since`` until every workload task is RUNNING or finished."""
+        deadline = time.monotonic() + timeout_s
+        prefix = f"drill-{self.token}-{self.round}-"
+        while time.monotonic() < deadline:
+            with contextlib.suppress(Exception):
+                tasks = [
+                    t for t in await self.cluster.list_tasks() if t.request_id.startswith(prefix)
+                ]
+                live = (records_pb2.TASK_STATE_RUNNING, *_DONE)
+                if tasks and all(t.state in live for t in tasks):
+                    # RUNNING in the record may predate the crash: require a live owner.
+                    nodes = {
+                        n.node_id
+                        for n in await self.cluster.list_nodes()
+                        if n.state == records_pb2.NODE_STATE_ALIVE
+                    }
+                    if all(t.state in _DONE or t.owner_node_id in nodes for t in tasks):
+                        return time.time() - since
+            await asyncio.sleep(0.2)
+        return None
+
+    async def _chaos(self, r: DrillResult) -> None:
+        c = self.cluster
+        seed, duration = self.chaos_seed, self.chaos_s
+        etcd_members = len(c.etcd.members) if isinstance(c.etcd, EtcdCluster) else 1
+        faults = make_schedule(
+            seed,
+            duration,
+            agents=len(c.agents),
+            etcd_members=etcd_members,
+            netns=self.ns is not None,
+        )
+        r.seed = seed
+        r.schedule = schedule_lines(seed, faults)
+        r.fault = f"chaos seed {seed}: {len(faults)} overlapping faults over {duration:g} s"
+        for line in r.schedule:
+            self.console.print(f"  {line}")
+        start = time.time()
+        r.inject_at_s = start
+        await asyncio.gather(*(self._one_fault(r, f, start) for f in faults))
+        await asyncio.to_thread(self._heal_everything)
+        r.heal_at_s = time.time()
+
+    async def _one_fault(self, r: DrillResult, fault: Fault, start: float) -> None:
+        c = self.cluster
+        await asyncio.sleep(max(0.0, start + fault.at_s - time.time()))
+        began = time.time()
+        kind = fault.kind
+        heal: Callable[[], Any]
+        label = fault.kind.value
+        if kind.group == "agent":
+            agent = c.agents[fault.target]
+            label += f" {agent.name}"
+            if kind is FaultKind.PARTITION_AGENT and self.ns is not None:
+                self.ns.cut()
+                heal = self.ns.heal
+            elif kind is FaultKind.STOP_AGENT:
+                agent.pause()
+                heal = agent.resume
+            else:  # kill / restart: same node id, same data dir
+                agent.kill()
+                heal = agent.start
+        elif kind.group == "coordinator":
+            try:
+                index, member = await asyncio.wait_for(c.leader(), 3.0)
+            except (TimeoutError, RuntimeError):
+                r.notes.append(f"{fault.describe()}: no leader to hit, skipped")
+                return
+            leader = c.coordinators[index]
+            label += f" {member}"
+            if kind is FaultKind.STOP_LEADER:
+                leader.pause()
+                heal = leader.resume
+            else:
+                leader.kill()
+                heal = leader.start
+        elif kind.group == "etcd":
+            assert isinstance(c.etcd, EtcdCluster)
+            member_server = c.etcd.members[fault.target]
+            label += f" {fault.target}"
+            if kind is FaultKind.STOP_ETCD:
+                member_server.pause()
+                heal = member_server.resume
+            else:
+                member_server.kill()
+                heal = member_server.start
+        else:
+            redis_server = c.redis
+            assert redis_server is not None
+            if kind is FaultKind.STOP_REDIS:
+                redis_server.pause()
+                heal = redis_server.resume
+            else:
+                redis_server.kill()
+                heal = redis_server.start
+        await asyncio.sleep(fault.duration_s)
+        try:
+            await asyncio.to_thread(heal)
+        except Exception as exc:
+            r.notes.append(f"{fault.describe()}: heal failed: {exc}")
+        r.fault_windows.append((began - r.started_at, time.time() - r.started_at, label))
+
+    def _heal_everything(self) -> None:
+        """After chaos: every process running and unpaused, the namespace's link up."""
+        c = self.cluster
+        if self.ns is not None:
+            with contextlib.suppress(Exception):
+                self.ns.heal()
+        if isinstance(c.etcd, EtcdCluster):
+            for member in c.etcd.members:
+                with contextlib.suppress(Exception):
+                    if member.running:
+                        member.resume()
+                    else:
+                        member.start()
+        if c.redis is not None:
+            with contextlib.suppress(Exception):
+                if c.redis.running:
+                    c.redis.resume()
+                else:
+                    c.redis.start()
+        for child in [*c.coordinators, *c.agents]:
+            child.resume()
+            if not child.alive:
+                child.start()
+
 
 # ---------------------------------------------------------------------------
 # Running, reporting, the timeline.
@@ -487,16 +1005,27 @@ async def run_drills(
     tasks: int = 24,
     lines: int = 400,
     work_ms: float = 8.0,
+    chaos_seeds: tuple[int, ...] = (1,),
+    chaos_s: float = CHAOS_SECONDS,
 ) -> list[DrillResult]:
-    """Run ``scenarios`` one after another on ``cluster``; return what each measured."""
+    """Run ``scenarios`` one after another on ``cluster``; return what each measured.
+
+    ``chaos`` runs once per seed of ``chaos_seeds``, each schedule ``chaos_s`` long.
+    """
     drill = _Drill(cluster, ns, no_ns_reason, console, tasks, lines, work_ms)
+    drill.chaos_s = chaos_s
     results = []
     for scenario in scenarios:
-        with console.status(f"drill {scenario}: workload, fault, heal, wait"):
-            result = await drill.run(scenario)
-        verdict = "[green]held[/]" if result.held else "[red]FAILED[/]"
-        console.print(f"drill [bold]{scenario}[/]: {result.fault} — {verdict}")
-        results.append(result)
+        for seed in chaos_seeds if scenario == "chaos" else (0,):
+            drill.chaos_seed = seed
+            name = f"chaos seed {seed}" if scenario == "chaos" else scenario
+            with console.status(f"drill {name}: workload, fault, heal, wait"):
+                result = await drill.run(scenario)
+            verdict = "[green]held[/]" if result.held else "[red]FAILED[/]"
+            console.print(f"drill [bold]{name}[/]: {result.fault} — {verdict}")
+            for v in result.violations[:3]:
+                console.print(f"    [red]{escape(v)}[/]")
+            results.append(result)
     return results
 
 
@@ -516,15 +1045,18 @@ def print_report(report: DrillReport, console: Console) -> None:
         ("forks", "right"),
         ("redone s", "right"),
         ("reconcile s", "right"),
+        ("all running s", "right"),
         ("lost", "right"),
         ("dup", "right"),
+        ("dup exec", "right"),
+        ("safety", "right"),
         ("wrong", "right"),
         ("held", "left"),
     ):
         table.add_column(name, justify=justify)  # type: ignore[arg-type]
     for r in report.results:
         table.add_row(
-            r.scenario,
+            f"chaos {r.seed}" if r.seed is not None else r.scenario,
             _fmt(r.detection_s),
             _fmt(r.recovery_s),
             _fmt(r.leader_failover_s),
@@ -532,16 +1064,27 @@ def print_report(report: DrillReport, console: Console) -> None:
             str(r.forks_kept),
             f"{r.work_redone_s:.2f}",
             _fmt(r.reconcile_convergence_s),
+            _fmt(r.time_to_all_running_s),
             str(r.tasks_lost),
             str(r.duplicate_completions),
+            str(r.dup_exec) if r.effects_checked else "n/a",
+            str(r.safety_violations) if r.effects_checked else "n/a",
             str(r.wrong_results),
             "[green]yes[/]" if r.held else "[red]NO[/]",
         )
     console.print(table)
     for r in report.results:
         console.print(f"  {r.scenario}: {r.fault}")
-        for note in r.notes[:5]:
-            console.print(f"    note: {note}")
+        if r.effects_checked:
+            console.print(
+                f"    side effects: {r.effect_records} records; two owners {r.two_owners}, "
+                f"stale steps {r.stale_steps}, epoch regressions {r.epoch_regressions}, "
+                f"progress lost {r.progress_lost}, dup exec {r.dup_exec}"
+            )
+        for line in r.schedule:
+            console.print(f"    {line}")
+        for note in r.notes[:8]:
+            console.print(f"    note: {escape(note)}")
 
 
 _STATE_COLOURS = {
@@ -603,7 +1146,9 @@ def write_timeline(report: DrillReport, path: Path) -> Path:
         for t, member in r.leaders:
             ax.axvline(t, color="#000000", linestyle="--", linewidth=0.8)
             ax.text(t, len(nodes) + 0.35, f" {member} leads", fontsize=6, va="bottom")
-        if r.inject_at_s:
+        for w_start, w_end, _label in r.fault_windows:
+            ax.axvspan(w_start, max(w_end, w_start + 0.05), color="#e91e63", alpha=0.12)
+        if r.inject_at_s and not r.fault_windows:
             start = r.inject_at_s - r.started_at
             stop = (r.heal_at_s - r.started_at) if r.heal_at_s else start
             ax.axvspan(start, max(stop, start + 0.05), color="#e91e63", alpha=0.15)
@@ -612,7 +1157,10 @@ def write_timeline(report: DrillReport, path: Path) -> Path:
         ax.set_xlim(0, end)
         ax.set_ylim(-0.6, len(nodes) + 1.0)
         verdict = "held" if r.held else "FAILED"
-        ax.set_title(f"{r.scenario}: {r.fault[:90]} — {verdict}", fontsize=8, loc="left")
+        extra = (
+            f" — dup exec {r.dup_exec}, safety {r.safety_violations}" if r.effects_checked else ""
+        )
+        ax.set_title(f"{r.scenario}: {r.fault[:90]} — {verdict}{extra}", fontsize=8, loc="left")
         ax.set_xlabel("seconds since the workload was submitted", fontsize=7)
     handles = [Rectangle((0, 0), 1, 1, color=c, label=s) for s, c in _STATE_COLOURS.items()]
     handles.append(Rectangle((0, 0), 1, 1, color="#e91e63", alpha=0.15, label="fault"))

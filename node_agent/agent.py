@@ -24,6 +24,7 @@ import asyncio
 import contextlib
 import importlib
 import logging
+import os
 import secrets
 import time
 import uuid
@@ -100,6 +101,31 @@ def load_app(path: str) -> Agent:
     return app
 
 
+UNSAFE_DISABLE_SELF_FENCE_ENV = "LAZARUS_UNSAFE_DISABLE_SELF_FENCE"
+"""Set to exactly ``1`` to turn the self-fence off (the drills' mutation test only)."""
+
+
+def _unsafe_disable_self_fence() -> bool:
+    """True when ``LAZARUS_UNSAFE_DISABLE_SELF_FENCE=1``; any other non-empty value is refused.
+
+    Raises:
+        ValueError: the variable is set to something other than ``1``.
+    """
+    value = os.environ.get(UNSAFE_DISABLE_SELF_FENCE_ENV, "")
+    if not value:
+        return False
+    if value != "1":
+        raise ValueError(
+            f"{UNSAFE_DISABLE_SELF_FENCE_ENV}={value!r}: refused; only 1 (a test of the "
+            "drills) turns the self-fence off"
+        )
+    _log.error(
+        "%s=1: the self-fence is OFF; this agent is UNSAFE (a mutation test only)",
+        UNSAFE_DISABLE_SELF_FENCE_ENV,
+    )
+    return True
+
+
 class _ReplicationMetrics(ReplicationObserver):
     def __init__(self, metrics: AgentMetrics) -> None:
         self._m = metrics
@@ -154,6 +180,7 @@ class NodeAgent:
             self.incarnation,
             fence_lead_s=settings.fence_lead_s,
             hello=hello,
+            unsafe_disable_self_fence=_unsafe_disable_self_fence(),
         )
         self._lock = asyncio.Lock()
         self._store: CheckpointStore | None = None

@@ -279,6 +279,9 @@ class AgentCore:
         fence_lead_s: start pausing this long before the fence deadline, seconds.
         progress_report_interval_s: least time between two Checkpointed updates of a task.
         hello: static Hello fields (address, capacity, labels, kinds, agent_version).
+        unsafe_disable_self_fence: never self-fence (UNSAFE: a cut-off agent keeps
+            running tasks the leader moves). Only for the drills' mutation test,
+            which shows the partition-heal drill fails without the fence.
     """
 
     def __init__(
@@ -289,6 +292,7 @@ class AgentCore:
         fence_lead_s: float = 0.5,
         progress_report_interval_s: float = 1.0,
         hello: agent_pb2.Hello | None = None,
+        unsafe_disable_self_fence: bool = False,
     ) -> None:
         if not node_id:
             raise ValueError("node_id: must not be empty")
@@ -297,6 +301,7 @@ class AgentCore:
         self.node_id = node_id
         self.incarnation = incarnation
         self.fence_lead_s = fence_lead_s
+        self.unsafe_disable_self_fence = unsafe_disable_self_fence
         self.progress_report_interval_s = progress_report_interval_s
         self._hello_base = hello or agent_pb2.Hello()
         self._slots: dict[str, _Slot] = {}
@@ -504,7 +509,11 @@ class AgentCore:
         """Heartbeats, the self-fence and coalesced progress reports. Call every ~50 ms."""
         out: list[Command] = []
         deadline = self.fence_deadline()
-        if deadline is not None and now >= deadline - self.fence_lead_s:
+        if (
+            deadline is not None
+            and now >= deadline - self.fence_lead_s
+            and not self.unsafe_disable_self_fence
+        ):
             return self._fence(now, deadline)
         if not self._open or self._fenced:
             return out

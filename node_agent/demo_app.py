@@ -40,6 +40,11 @@ JSON for every slice of the bundled corpus, below the agent's default
 ``max_payload_bytes`` (1 MiB). Results are under 4 KiB (``MAX_TOP`` entries per
 list).
 
+Kind ``drill`` is ``textstats`` that also appends its side effects (every
+step start, acknowledged checkpoint and executed completion, with pid, node
+and epoch) to files the drill owns, and optionally writes shared documents;
+``lazarus drill`` judges its invariants from them (``lazarus.drill_invariants``).
+
 Two smaller kinds help drills: ``sleep`` (async; sleeps in steps, checkpointing
 a step counter) and ``hashchain-sync`` (a plain ``def`` handler run with a
 ``SyncTaskContext``; a short hash chain journalled and checkpointed).
@@ -52,20 +57,24 @@ import functools
 import hashlib
 import json
 import math
+import os
 import random
 import re
+import time
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import resources
-from typing import Any
+from typing import Any, ClassVar
 
 from node_agent.sdk import Agent, SyncTaskContext, TaskContext, TaskFailure
 
 __all__ = [
+    "DRILL_SHARED_DOCS",
     "MAX_NGRAM",
     "MAX_SPAN_LINES",
     "MAX_TOP",
+    "DrillJob",
     "HashChainJob",
     "SleepJob",
     "TextStatsJob",
@@ -73,7 +82,9 @@ __all__ = [
     "corpus_texts",
     "direct_hashchain",
     "direct_result",
+    "drill_stats_payload",
     "make_payloads",
+    "parse_drill_payload",
     "parse_hashchain_payload",
     "parse_sleep_payload",
     "parse_textstats_payload",
@@ -438,7 +449,13 @@ async def textstats(ctx: TaskContext) -> dict[str, Any]:
             (``retryable=False``).
         TaskCancelled: the task must stop.
     """
-    job = parse_textstats_payload(ctx.payload)
+    return await _textstats(ctx, parse_textstats_payload(ctx.payload), None)
+
+
+async def _textstats(
+    ctx: TaskContext, job: TextStatsJob, effects: _Effects | None
+) -> dict[str, Any]:
+    """The textstats loop; ``effects`` (the ``drill`` kind) logs each side effect first."""
     restored = ctx.restored
     if restored is not None and restored.state is not None:
         state = _check_state(job, restored.state)
@@ -450,9 +467,14 @@ async def textstats(ctx: TaskContext) -> dict[str, Any]:
     if restored is not None:
         done_since_checkpoint = _replay(job, state, list(restored.events))
     lines = _lines(job.text)
+    if effects is not None:
+        effects.log(ctx, "start", state["next"])
     while state["next"] < job.end_line:
         ctx.raise_if_cancelled()
         index = state["next"]
+        if effects is not None:
+            effects.log(ctx, "step", index)
+            await effects.shared_op(ctx, index)
         await _simulate_work(job.work_ms)
         _fold(state, lines[index], job.ngram)
         await ctx.record({"i": index, "c": state["chain"][:16]})
@@ -460,10 +482,14 @@ async def textstats(ctx: TaskContext) -> dict[str, Any]:
         if job.every and done_since_checkpoint >= job.every and state["next"] < job.end_line:
             await ctx.checkpoint(state, reason=f"every {job.every} items (line {index + 1})")
             done_since_checkpoint = 0
+            if effects is not None:
+                effects.log(ctx, "ckpt", state["next"])
         ctx.progress(
             (state["next"] - job.start_line) / job.lines,
             f"{job.text} line {state['next']}/{job.end_line}",
         )
+    if effects is not None:
+        effects.log(ctx, "done", state["next"])
     return _summary(
         job,
         words=state["words"],
@@ -471,6 +497,154 @@ async def textstats(ctx: TaskContext) -> dict[str, Any]:
         ngrams=state["ngrams"],
         chain=state["chain"],
     )
+
+
+# ---------------------------------------------------------------------- drill
+
+DRILL_SHARED_DOCS = {
+    "counter": "pn-counter",
+    "set": "or-set",
+    "map": "lww-map",
+    "log": "rga-log",
+}
+"""Shared documents a ``drill`` task writes (``<prefix>-<name>`` -> kind), one op per item."""
+
+
+@dataclass(frozen=True, slots=True)
+class DrillJob:
+    """A validated ``drill`` payload: a textstats job plus where its side effects go."""
+
+    stats: TextStatsJob
+    sink: str
+    shared: str = ""
+
+
+def parse_drill_payload(payload: Any) -> DrillJob:
+    """Validate a ``drill`` payload.
+
+    Args:
+        payload: a ``textstats`` payload plus ``sink`` (str, required: an
+            absolute directory the drill owns) and ``shared`` (str, default
+            "": a document-name prefix; when set each item also writes one of
+            the ``DRILL_SHARED_DOCS`` documents ``<prefix>-<name>``).
+
+    Returns:
+        The job.
+
+    Raises:
+        TaskFailure: (``retryable=False``) a bad field, as ``parse_textstats_payload``.
+    """
+    obj = dict(_as_object(payload, _TEXTSTATS_FIELDS | {"sink", "shared"}))
+    sink = obj.pop("sink", None)
+    shared = obj.pop("shared", "")
+    if not isinstance(sink, str) or not sink.startswith("/"):
+        raise _fail("sink", f"must be an absolute directory, got {sink!r}")
+    if not isinstance(shared, str) or len(shared) > 64:
+        raise _fail("shared", f"must be a document-name prefix (str), got {shared!r}")
+    return DrillJob(parse_textstats_payload(obj), sink, shared)
+
+
+def drill_stats_payload(payload: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``textstats`` part of a ``drill`` payload (for ``direct_result``)."""
+    return {k: v for k, v in payload.items() if k not in ("sink", "shared")}
+
+
+class _Effects:
+    """Appends a task's side effects to ``<sink>/effects-<node>-<pid>.jsonl`` (O_APPEND).
+
+    The line is written (one ``write``) before the step's work, so a process
+    killed during the work has logged it; a torn line is skipped by the reader.
+    Acknowledged shared-document operations go to ``acked-<node>-<pid>.jsonl``.
+    """
+
+    _files: ClassVar[dict[str, int]] = {}
+
+    def __init__(self, job: DrillJob, node: str) -> None:
+        self.job = job
+        self.node = node
+        os.makedirs(job.sink, exist_ok=True)
+
+    def _fd(self, prefix: str) -> int:
+        path = os.path.join(self.job.sink, f"{prefix}-{self.node}-{os.getpid()}.jsonl")
+        fd = self._files.get(path)
+        if fd is None:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            self._files[path] = fd
+        return fd
+
+    def log(self, ctx: TaskContext, ev: str, step: int) -> None:
+        line = json.dumps(
+            {
+                "t": round(time.time(), 6),
+                "pid": os.getpid(),
+                "node": ctx.node_id,
+                "task": ctx.task_id,
+                "epoch": ctx.epoch,
+                "ev": ev,
+                "step": step,
+            },
+            separators=(",", ":"),
+        )
+        os.write(self._fd("effects"), (line + "\n").encode())
+
+    async def shared_op(self, ctx: TaskContext, step: int) -> None:
+        if not self.job.shared:
+            return
+        name = list(DRILL_SHARED_DOCS)[step % 4]
+        doc = ctx.shared(f"{self.job.shared}-{name}", kind=DRILL_SHARED_DOCS[name])
+        tag = f"{ctx.task_id}:e{ctx.epoch}:{step}"
+        # Shielded: an operation that commits while the handler is cancelled is
+        # still acknowledged, so its ground-truth line must be written.
+        await asyncio.shield(self._op(doc, name, tag, step))
+
+    async def _op(self, doc: Any, name: str, tag: str, step: int) -> None:
+        kind = DRILL_SHARED_DOCS[name]
+        arg: Any
+        if kind == "pn-counter":
+            arg = 1 + step % 3
+            receipt = await doc.increment(arg)
+        elif kind == "or-set":
+            arg = tag
+            receipt = await doc.add(arg)
+        elif kind == "lww-map":
+            arg = [f"k{step % 5}", tag]
+            receipt = await doc.put(arg[0], arg[1])
+        else:
+            arg = tag
+            receipt = await doc.append(arg)
+        entry: dict[str, Any] = {
+            "doc": f"shared/{self.job.shared}-{name}",
+            "kind": kind,
+            "arg": arg,
+            "replica": receipt.replica_id,
+            "seq": receipt.seq,
+        }
+        if receipt.at is not None:
+            entry["at"] = [receipt.at.wall_ms, receipt.at.logical]
+        line = json.dumps(entry, separators=(",", ":")) + "\n"
+        os.write(self._fd("acked"), line.encode())
+
+
+@agent.task("drill", durability="replicated")
+async def drill_task(ctx: TaskContext) -> dict[str, Any]:
+    """``textstats`` that logs its side effects for ``lazarus drill`` to judge.
+
+    Before each item's work it appends ``step`` to the drill's sink; ``start``
+    when the handler begins (the resume point), ``ckpt`` once a checkpoint is
+    acknowledged (replicated), ``done`` just before it returns (a completion
+    executed). With ``shared`` each item also makes one operation on the
+    ``DRILL_SHARED_DOCS`` documents and logs it once acknowledged.
+    See ``lazarus.drill_invariants`` for the record format and the checks.
+
+    Returns:
+        As ``textstats`` (compare with ``direct_result(drill_stats_payload(p))``).
+
+    Raises:
+        TaskFailure: a bad payload (``retryable=False``).
+        TaskCancelled: the task must stop.
+    """
+    job = parse_drill_payload(ctx.payload)
+    return await _textstats(ctx, job.stats, _Effects(job, ctx.node_id))
 
 
 def make_payloads(

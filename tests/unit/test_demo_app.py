@@ -15,6 +15,7 @@ import itertools
 import json
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 from unittest import mock
 
@@ -422,8 +423,8 @@ def test_make_payloads_overlaps_when_many_tasks() -> None:
 # --------------------------------------------------------------- other kinds
 
 
-def test_agent_registers_the_three_kinds() -> None:
-    assert demo_app.agent.kinds == ("hashchain-sync", "sleep", "textstats")
+def test_agent_registers_the_four_kinds() -> None:
+    assert demo_app.agent.kinds == ("drill", "hashchain-sync", "sleep", "textstats")
     textstats = demo_app.agent.handler("textstats")
     sync = demo_app.agent.handler("hashchain-sync")
     sleep = demo_app.agent.handler("sleep")
@@ -479,3 +480,37 @@ def test_hashchain_sync_runs_through_a_blocking_adapter_and_resumes() -> None:
         asyncio.run(_run_sync(payload, FakeHost(FakeStore(), cancel_after=10)))
     with pytest.raises(TaskFailure, match=r"^payload\.items:"):
         demo_app.parse_hashchain_payload({"items": 0})
+
+
+def test_drill_logs_each_side_effect_before_its_work_and_resumes_exactly(tmp_path: Path) -> None:
+    """The drill kind: textstats plus start/step/ckpt/done lines the drill's checker reads."""
+    from lazarus.drill_invariants import check, read_sink
+
+    stats = {**PAYLOAD, "every": 50}
+    payload = {**stats, "sink": str(tmp_path)}
+    store = FakeStore()
+    with pytest.raises(Crash):
+        asyncio.run(demo_app.drill_task(make_ctx("drill", payload, FakeHost(store, crash_at=120))))
+    ctx = make_ctx("drill", payload, FakeHost(store), attempt=2)
+    result = asyncio.run(demo_app.drill_task(ctx))
+    assert result == demo_app.direct_result(demo_app.drill_stats_payload(payload))
+    records = read_sink(tmp_path)
+    starts = [r for r in records if r.ev == "start"]
+    # Write 120 = the record of line 217 (117 records and 2 checkpoints before it).
+    assert [(r.epoch, r.step) for r in starts] == [(1, 100), (2, 217)]
+    steps = [r.step for r in records if r.ev == "step" and r.epoch == 1]
+    assert steps == list(range(100, 218))  # logged before the work: the crashed item too
+    assert [r.step for r in records if r.ev == "ckpt"] == [150, 200, 250, 300, 350]
+    assert [r.ev for r in records].count("done") == 1
+    report = check(records)
+    assert report.held, report.violations  # one process per epoch in this test
+    assert report.executions == {"t-1": 1}
+
+
+@pytest.mark.parametrize(
+    ("extra", "field"),
+    [({}, "sink"), ({"sink": "relative/dir"}, "sink"), ({"sink": "/x", "shared": 3}, "shared")],
+)
+def test_bad_drill_payloads_fail_naming_the_field(extra: dict[str, Any], field: str) -> None:
+    with pytest.raises(TaskFailure, match=f"payload.{field}:"):
+        demo_app.parse_drill_payload({**PAYLOAD, **extra})

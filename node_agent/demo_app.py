@@ -466,6 +466,13 @@ async def _textstats(
     done_since_checkpoint = 0
     if restored is not None:
         done_since_checkpoint = _replay(job, state, list(restored.events))
+        if job.every and done_since_checkpoint >= job.every and state["next"] < job.end_line:
+            # A crash fell between an item's journal event and its checkpoint:
+            # take that checkpoint now, or the tail would outgrow ``every``.
+            await ctx.checkpoint(state, reason=f"every {job.every} items (after replay)")
+            done_since_checkpoint = 0
+            if effects is not None:
+                effects.log(ctx, "ckpt", state["next"])
     lines = _lines(job.text)
     if effects is not None:
         effects.log(ctx, "start", state["next"])

@@ -570,6 +570,9 @@ class NodeAgent:
                 self._notice(cmd)
             elif isinstance(cmd, ReportLineage):
                 self._spawn(self._report_lineage(cmd))
+        if runner is not None:
+            # Handler threads check ownership against this snapshot, with no hop here.
+            runner.ownership = self.core.ownership()
 
     def _notice(self, notice: Notice) -> None:
         kind, f = notice.kind, notice.fields

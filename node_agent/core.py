@@ -57,6 +57,7 @@ __all__ = [
     "Command",
     "ForgetTask",
     "Notice",
+    "Ownership",
     "PersistMeta",
     "ReportLineage",
     "Send",
@@ -151,6 +152,37 @@ class TaskMeta:
         if meta.state not in {s.value for s in SlotState}:
             raise ValueError(f"meta.state: unknown {meta.state!r}")
         return meta
+
+
+@dataclass(frozen=True, slots=True)
+class Ownership:
+    """Until when this incarnation may act for the tasks it runs: a snapshot of the fence.
+
+    The shell publishes one after every step of the core; a handler's thread
+    (or worker process) asks ``valid_at(time.monotonic())`` right before an
+    effect, so after a pause (SIGSTOP, a long GC) the handler cannot act past
+    its fence before the agent's event loop has run again. A snapshot is never
+    later than the core's own view (the deadline only moves forward between
+    fences), so a stale one errs on the safe side.
+
+    Attributes:
+        deadline_s: monotonic time of the fence deadline (``s + fence_after``),
+            or None when nothing may run (before any Welcome).
+        fenced: the core began pausing every task (``deadline_s`` is the
+            deadline it fenced for): no new effect may start, but a result
+            committed before ``deadline_s`` is still this owner's.
+    """
+
+    deadline_s: float | None = None
+    fenced: bool = False
+
+    def valid_at(self, now_s: float) -> bool:
+        """True when an effect started at monotonic ``now_s`` is still this owner's."""
+        return self.deadline_s is not None and now_s < self.deadline_s
+
+    def may_start_at(self, now_s: float) -> bool:
+        """True when a new effect may start at ``now_s``: owner, and not being fenced."""
+        return not self.fenced and self.valid_at(now_s)
 
 
 # ---------------------------------------------------------------------------
@@ -319,6 +351,7 @@ class AgentCore:
         self._updates: dict[int, str] = {}  # update_seq -> task_id of terminal updates
         self._next_report_s = 0.0
         self._armed = False  # tasks may run: a Welcome came and no fence since
+        self._fenced_deadline_s: float | None = None  # the deadline of the newest fence
         self._shutting_down = False
 
     # ------------------------------------------------------------------ views
@@ -359,6 +392,13 @@ class AgentCore:
         if self._unacked:
             due = min(due, min(self._unacked.values()))
         return due + self._fence_after_s
+
+    def ownership(self) -> Ownership:
+        """The fence as a snapshot that other threads and processes may test (``Ownership``)."""
+        deadline = self.fence_deadline()
+        if deadline is None and self._fenced:
+            return Ownership(self._fenced_deadline_s, fenced=True)
+        return Ownership(deadline)
 
     # --------------------------------------------------------------- restart
 
@@ -551,6 +591,7 @@ class AgentCore:
 
     def _fence(self, now: float, deadline: float) -> list[Command]:
         self._fenced = True
+        self._fenced_deadline_s = deadline
         self._armed = False
         self._open = False
         out: list[Command] = []

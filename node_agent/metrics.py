@@ -46,6 +46,15 @@ class AgentMetrics:
             buckets=_CKPT_BUCKETS_S,
             registry=r,
         )
+        self.checkpoint_hop_seconds = Histogram(
+            "lazarus_agent_checkpoint_hop_seconds",
+            "One hop of a sync handler's checkpoint/record (short path): commit (handler "
+            "thread to store and back), handoff (thread to event loop), redis (loop to Redis "
+            "ack), wake (ack to the handler thread running again).",
+            ["hop"],
+            buckets=(0.0001, 0.00025, *_CKPT_BUCKETS_S),
+            registry=r,
+        )
         self.checkpoint_bytes = Histogram(
             "lazarus_agent_checkpoint_bytes",
             "Encoded checkpoint state size.",

@@ -31,6 +31,7 @@ by the context, and it is reported stopped after ``stop_grace_s``. A stop with
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import json
 import logging
 import time
@@ -49,6 +50,7 @@ from node_agent.checkpoint import (
     StaleEpoch,
     StoredCheckpoint,
 )
+from node_agent.core import Ownership
 from node_agent.metrics import AgentMetrics
 from node_agent.replication import (
     ClaimBatcher,
@@ -63,6 +65,7 @@ from node_agent.sdk import (
     Agent,
     DurabilityName,
     HandlerSpec,
+    OwnershipLapsed,
     Restored,
     SyncTaskContext,
     TaskCancelled,
@@ -82,6 +85,15 @@ RESTORE_CONCURRENCY = 128
 moved here together would otherwise starve the event loop, and with it the
 heartbeats, until this node self-fences for nothing. Their Redis claims go
 together (``ClaimBatcher``), up to this many per round trip."""
+
+RESULT_LABEL = "lazarus:result"
+"""Label of the terminal checkpoint that holds a handler's result (its payload is
+the result's JSON). Committed before the result is reported; an assignment that
+finds one, here or in Redis, reports it again instead of calling the handler."""
+
+OWNERSHIP_SETTLE_S = 1.0
+"""How long a handler that stopped on ``OwnershipLapsed`` waits for the agent's own
+fence before its run is failed (retryably) as lapsed."""
 
 MAX_RESULT_BYTES = 512 * 1024
 """Largest result: it lives in the task's etcd record (etcd refuses over 1.5 MiB,
@@ -145,7 +157,12 @@ class _Run:
     journal_seq: int = 0
     checkpoint: records_pb2.CheckpointSummary | None = None
     pending: set[asyncio.Future[ReplicationResult]] = field(default_factory=set)
+    shipping: set[concurrent.futures.Future[Any]] = field(default_factory=set)
     started_s: float = 0.0
+    returned: bool = False  # the handler returned: its result is being committed
+    thread: concurrent.futures.Future[Any] | None = None  # a sync handler's thread
+    stopped: bool = False  # stop() completed: nothing of this run may commit any more
+    stored_result: records_pb2.TaskResult | None = None  # found at restore
 
 
 class _Host:
@@ -157,16 +174,22 @@ class _Host:
 
     @property
     def cancelled(self) -> bool:
-        return self._run.cancelled.is_set()
+        return self._run.cancelled.is_set() or not self._runner.ownership.may_start_at(
+            time.monotonic()
+        )
+
+    @property
+    def incarnation(self) -> str:
+        return self._runner.incarnation
 
     async def wait_cancelled(self) -> None:
         await self._run.cancelled.wait()
 
     def _check(self) -> None:
-        if self._run.cancelled.is_set():
-            raise TaskCancelled(
-                f"task {self._run.task_id!r} at epoch {self._run.epoch} no longer runs here"
-            )
+        self._runner._ensure(self._run)
+
+    def ensure_owner(self) -> None:
+        self._runner._ensure(self._run)
 
     async def checkpoint(self, state: Any, reason: str) -> int:
         self._check()
@@ -175,6 +198,12 @@ class _Host:
     async def record(self, event: Any) -> int:
         self._check()
         return await self._runner._record(self._run, event)
+
+    def checkpoint_sync(self, state: Any, reason: str) -> int:
+        return self._runner._checkpoint_sync(self._run, state, reason)
+
+    def record_sync(self, event: Any) -> int:
+        return self._runner._record_sync(self._run, event)
 
     def progress(self, ratio: float, message: str) -> None:
         self._runner._progress(self._run, ratio, message)
@@ -249,6 +278,36 @@ class TaskRunner:
         self._claims = ClaimBatcher(replica, max_batch=RESTORE_CONCURRENCY)
         self._pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="lazarus-task")
         self._loop: asyncio.AbstractEventLoop | None = None
+        self.ownership = Ownership()
+        """The fence as of the core's newest step; the agent shell replaces it after each."""
+
+    # -------------------------------------------------------------- ownership
+
+    def _ensure(self, run: _Run, *, committing_result: bool = False) -> None:
+        """Raise unless ``run`` may act now; checked in the calling thread, no hop.
+
+        A new effect needs the run not stopped and the fence not begun; a result
+        (``committing_result``) only needs the fence deadline not passed and the
+        run not stopped yet: a handler that returned while its fence began, and
+        before the deadline, has a result that is this owner's.
+
+        Raises:
+            OwnershipLapsed: the fence deadline passed.
+            TaskCancelled: the run was stopped, revoked or lost, or is being fenced.
+        """
+        now = time.monotonic()
+        own = self.ownership
+        if not own.valid_at(now):
+            raise OwnershipLapsed(
+                f"task {run.task_id!r} at epoch {run.epoch}: this agent's ownership lapsed "
+                "(fence deadline passed)"
+            )
+        if committing_result:
+            if run.stopped or run.lost:
+                raise TaskCancelled(f"task {run.task_id!r} at epoch {run.epoch} was stopped")
+            return
+        if run.cancelled.is_set() or own.fenced:
+            raise TaskCancelled(f"task {run.task_id!r} at epoch {run.epoch} no longer runs here")
 
     @property
     def running(self) -> int:
@@ -299,6 +358,17 @@ class TaskRunner:
             if run.cancelled.is_set():
                 return
             await self.reporter.started(run.task_id, run.epoch, started)
+            if run.stored_result is not None:
+                # The handler returned at this epoch or an earlier one and its result
+                # was committed: report it again, never call the handler twice.
+                _log.info(
+                    "task %s: result found at checkpoint seq %d; reporting it without "
+                    "calling the handler again",
+                    run.task_id,
+                    run.checkpoint.seq if run.checkpoint else 0,
+                )
+                await self._finish(run, run.stored_result, None)
+                return
             ctx = TaskContext(
                 task_id=run.task_id,
                 kind=run.kind,
@@ -311,9 +381,14 @@ class TaskRunner:
             )
             self.metrics.tasks_running.inc()
             try:
-                value = await self._call_handler(handler, ctx)
+                result, error = await self._call_handler(handler, ctx, run)
             finally:
                 self.metrics.tasks_running.dec()
+        except OwnershipLapsed as exc:
+            if await self._settle_lapse(run):
+                return
+            await self._finish(run, None, self._error(run, exc, retryable=True))
+            return
         except (TaskCancelled, asyncio.CancelledError):
             if not run.cancelled.is_set():
                 raise
@@ -328,28 +403,46 @@ class TaskRunner:
                 return
             await self._finish(run, None, self._error(run, exc, retryable=True))
             return
-        if run.cancelled.is_set():
-            return  # stopped meanwhile: the outcome of a fenced run is dropped
+        if result is None and run.cancelled.is_set():
+            return  # stopped meanwhile: a failure of a fenced run is dropped
+        # A committed result is reported even when a stop began meanwhile: the
+        # core takes it while the task is still this node's, and otherwise the
+        # next assignment at this epoch finds it and reports it.
+        await self._finish(run, result, error)
+
+    async def _settle_lapse(self, run: _Run) -> bool:
+        """After ``OwnershipLapsed``: True once the agent's own stop arrived (the usual case)."""
+        try:
+            await asyncio.wait_for(run.cancelled.wait(), OWNERSHIP_SETTLE_S)
+        except TimeoutError:
+            return run.cancelled.is_set()
+        return True
+
+    def _result_body(
+        self, run: _Run, value: Any
+    ) -> tuple[bytes | None, records_pb2.TaskError | None]:
+        """The handler's return value as result bytes, or the error that replaces it."""
         try:
             body = _encode(value, "result")
         except TypeError as exc:
             code = records_pb2.TASK_ERROR_CODE_RESULT_NOT_SERIALIZABLE
-            await self._finish(run, None, self._error(run, exc, retryable=False, code=code))
-            return
+            return None, self._error(run, exc, retryable=False, code=code)
         if len(body) > self.max_result_bytes:
             code = records_pb2.TASK_ERROR_CODE_PAYLOAD_TOO_LARGE
             msg = (
                 f"result is {len(body)} bytes, over the limit of {self.max_result_bytes} "
                 "(results are stored in the task record in etcd; keep them small)"
             )
-            await self._finish(run, None, self._error_text(run, msg, code, retryable=False))
-            return
+            return None, self._error_text(run, msg, code, retryable=False)
+        return body, None
+
+    @staticmethod
+    def _task_result(body: bytes) -> records_pb2.TaskResult:
         import google_crc32c
 
-        result = records_pb2.TaskResult(
+        return records_pb2.TaskResult(
             payload=body, content_type=JSON, size_bytes=len(body), crc32=google_crc32c.value(body)
         )
-        await self._finish(run, result, None)
 
     def _precheck(
         self, assign: agent_pb2.Assign, handler: HandlerSpec | None
@@ -385,9 +478,18 @@ class TaskRunner:
                     raise TaskFailure(f"spec.payload: not JSON: {exc}", retryable=False) from exc
         return bytes(spec.payload)
 
-    async def _call_handler(self, handler: HandlerSpec, ctx: TaskContext) -> Any:
+    async def _call_handler(
+        self, handler: HandlerSpec, ctx: TaskContext, run: _Run
+    ) -> tuple[records_pb2.TaskResult | None, records_pb2.TaskError | None]:
+        """Call the handler; commit its result (a terminal checkpoint) before returning it."""
         if handler.is_async:
-            return await handler.fn(ctx)
+            value = await handler.fn(ctx)
+            run.returned = True
+            body, error = self._result_body(run, value)
+            if body is None:
+                return None, error
+            await self._commit_result(run, body)
+            return self._task_result(body), None
         loop = asyncio.get_running_loop()
 
         def call(aw: Awaitable[Any]) -> Any:
@@ -396,7 +498,17 @@ class TaskRunner:
 
             return asyncio.run_coroutine_threadsafe(wrap(), loop).result()
 
-        return await loop.run_in_executor(self._pool, handler.fn, SyncTaskContext(ctx, call))
+        def body_in_thread() -> tuple[records_pb2.TaskResult | None, records_pb2.TaskError | None]:
+            value = handler.fn(SyncTaskContext(ctx, call))
+            run.returned = True
+            body, error = self._result_body(run, value)
+            if body is None:
+                return None, error
+            self._checkpoint_sync(run, body, RESULT_LABEL, result=True)
+            return self._task_result(body), None
+
+        run.thread = self._pool.submit(body_in_thread)
+        return await asyncio.wrap_future(run.thread)
 
     # ---------------------------------------------------------------- restore
 
@@ -509,6 +621,8 @@ class TaskRunner:
                 summary.replicated = remote is not None
                 run.checkpoint = summary
                 started.resumed_from.CopyFrom(summary)
+                if local_ckpt.info.terminal and local_ckpt.info.label == RESULT_LABEL:
+                    run.stored_result = self._task_result(local_ckpt.payload)
         points = [e.created_at_ms for e in local.events[-1:]]
         if local_ckpt is not None:
             points.append(local_ckpt.info.created_at_ms)
@@ -552,6 +666,19 @@ class TaskRunner:
                 f"checkpoint state is {len(payload)} bytes, over the limit of "
                 f"{self.max_payload_bytes}"
             )
+        seq = await self._save_async(run, payload, reason, terminal=False)
+        self.metrics.checkpoint_seconds.labels(durability=run.durability).observe(
+            time.monotonic() - t0
+        )
+        self.metrics.checkpoint_bytes.observe(len(payload))
+        return seq
+
+    async def _commit_result(self, run: _Run, body: bytes) -> int:
+        """Commit the handler's result as its terminal checkpoint (async handlers)."""
+        self._ensure(run, committing_result=True)
+        return await self._save_async(run, body, RESULT_LABEL, terminal=True)
+
+    async def _save_async(self, run: _Run, payload: bytes, reason: str, *, terminal: bool) -> int:
         try:
             outcome = await self.store.aio.save(
                 Checkpoint(
@@ -559,31 +686,61 @@ class TaskRunner:
                     run.epoch,
                     payload,
                     covers_journal_seq=run.journal_seq,
+                    terminal=terminal,
                     label=reason,
                 )
             )
         except StaleEpoch as exc:
             await self._lose(run, exc.current_epoch)
             raise TaskCancelled(str(exc)) from exc
+        summary, record = self._saved(
+            run, outcome.seq, outcome.ref, outcome.covers_journal_seq, payload, reason, terminal
+        )
+        run.checkpoint = summary
+        fut = await self.replicator.submit(
+            ReplicationItem(run.task_id, run.epoch, self.node_id, checkpoint=record)
+        )
+        self._track(run, fut, outcome.seq)
+        await self.reporter.progress(
+            run.task_id, run.epoch, checkpoint=summary, journal_seq=run.journal_seq
+        )
+        # Acknowledged after the fence deadline: not a success of this owner.
+        self._ensure(run, committing_result=terminal)
+        if run.durability == "replicated":
+            await self._await_replicated(run, fut)
+            self._ensure(run, committing_result=terminal)
+        return outcome.seq
+
+    def _saved(
+        self,
+        run: _Run,
+        seq: int,
+        ref: str,
+        covers: int,
+        payload: bytes,
+        reason: str,
+        terminal: bool,
+    ) -> tuple[records_pb2.CheckpointSummary, records_pb2.CheckpointRecord]:
         created = _wall_ms()
         summary = records_pb2.CheckpointSummary(
-            checkpoint_ref=outcome.ref,
+            checkpoint_ref=ref,
             task_id=run.task_id,
             epoch=run.epoch,
-            seq=outcome.seq,
-            covers_journal_seq=outcome.covers_journal_seq,
+            seq=seq,
+            covers_journal_seq=covers,
+            terminal=terminal,
             label=reason[:128],
             created_at_unix_ms=created,
             stored_bytes=len(payload),
             node_id=self.node_id,
         )
-        run.checkpoint = summary
         record = records_pb2.CheckpointRecord(
             task_id=run.task_id,
             epoch=run.epoch,
-            seq=outcome.seq,
-            covers_journal_seq=outcome.covers_journal_seq,
-            checkpoint_ref=outcome.ref,
+            seq=seq,
+            covers_journal_seq=covers,
+            checkpoint_ref=ref,
+            terminal=terminal,
             label=reason[:128],
             payload=payload,
             encoding=records_pb2.PAYLOAD_ENCODING_RAW,
@@ -593,20 +750,161 @@ class TaskRunner:
             node_id=self.node_id,
             incarnation=self.incarnation,
         )
-        fut = await self.replicator.submit(
-            ReplicationItem(run.task_id, run.epoch, self.node_id, checkpoint=record)
+        return summary, record
+
+    # ------------------------------------------- the short path (sync handlers)
+
+    def _checkpoint_sync(self, run: _Run, state: Any, reason: str, *, result: bool = False) -> int:
+        """``ctx.checkpoint`` of a sync handler, in its own thread: the fewest hops.
+
+        Hops: (1) this thread commits to the store (inline when its writer is
+        idle, else in the writer's next group commit); (2) the record is handed
+        to the event loop, which ships it to Redis and updates the core; with
+        ``durability="replicated"`` (3) Redis acks and (4) this thread wakes.
+        Ownership is checked here before the commit and after each ack.
+        With ``result``, ``state`` is the result's encoded JSON and the
+        checkpoint is terminal.
+        """
+        t0 = time.monotonic()
+        self._ensure(run, committing_result=result)
+        if result:
+            payload = state
+        else:
+            payload = _encode(state, "checkpoint state")
+            if len(payload) > self.max_payload_bytes:
+                raise ValueError(
+                    f"checkpoint state is {len(payload)} bytes, over the limit of "
+                    f"{self.max_payload_bytes}"
+                )
+        try:
+            outcome = self.store.save(
+                Checkpoint(
+                    run.task_id,
+                    run.epoch,
+                    payload,
+                    covers_journal_seq=run.journal_seq,
+                    terminal=result,
+                    label=reason,
+                )
+            )
+        except StaleEpoch as exc:
+            self._call_soon(self._lose(run, exc.current_epoch))
+            raise TaskCancelled(str(exc)) from exc
+        t1 = time.monotonic()
+        hops = self.metrics.checkpoint_hop_seconds
+        hops.labels(hop="commit").observe(t1 - t0)
+        summary, record = self._saved(
+            run, outcome.seq, outcome.ref, outcome.covers_journal_seq, payload, reason, result
         )
-        self._track(run, fut, outcome.seq)
-        await self.reporter.progress(
-            run.task_id, run.epoch, checkpoint=summary, journal_seq=run.journal_seq
-        )
+        run.checkpoint = summary
+        item = ReplicationItem(run.task_id, run.epoch, self.node_id, checkpoint=record)
+        fut = self._ship(run, item, outcome.seq, 0, summary=summary, t_sent=t1)
+        self._ensure(run, committing_result=result)
         if run.durability == "replicated":
-            await self._await_replicated(run, fut)
+            self._wait_replicated(run, fut)
+            self._ensure(run, committing_result=result)
         self.metrics.checkpoint_seconds.labels(durability=run.durability).observe(
             time.monotonic() - t0
         )
         self.metrics.checkpoint_bytes.observe(len(payload))
         return outcome.seq
+
+    def _record_sync(self, run: _Run, event: Any) -> int:
+        """``ctx.record`` of a sync handler, by the short path of ``_checkpoint_sync``."""
+        self._ensure(run)
+        payload = _encode(event, "journal event")
+        if len(payload) > self.max_payload_bytes:
+            raise ValueError(
+                f"journal event is {len(payload)} bytes, over the limit of {self.max_payload_bytes}"
+            )
+        try:
+            seq = self.store.append(run.task_id, payload, epoch=run.epoch)
+        except StaleEpoch as exc:
+            self._call_soon(self._lose(run, 0))
+            raise TaskCancelled(str(exc)) from exc
+        run.journal_seq = seq
+        record = self._event_record(run, seq, run.epoch, payload, _wall_ms())
+        item = ReplicationItem(run.task_id, run.epoch, self.node_id, events=(record,))
+        fut = self._ship(run, item, 0, seq, summary=None, t_sent=time.monotonic())
+        self._ensure(run)
+        if run.durability == "replicated":
+            self._wait_replicated(run, fut)
+            self._ensure(run)
+        return seq
+
+    def _call_soon(self, coro: Any) -> None:
+        if self._loop is None:
+            coro.close()
+            return
+        asyncio.run_coroutine_threadsafe(coro, self._loop).add_done_callback(_log_cfailure)
+
+    def _ship(
+        self,
+        run: _Run,
+        item: ReplicationItem,
+        ckpt_seq: int,
+        journal_seq: int,
+        *,
+        summary: records_pb2.CheckpointSummary | None,
+        t_sent: float,
+    ) -> concurrent.futures.Future[tuple[ReplicationResult, float]]:
+        """Hand a committed record to the event loop (from a handler thread).
+
+        Returns:
+            A future of (Redis's answer, monotonic time the loop saw it).
+        """
+        out: concurrent.futures.Future[tuple[ReplicationResult, float]] = (
+            concurrent.futures.Future()
+        )
+        run.shipping.add(out)
+        out.add_done_callback(run.shipping.discard)
+        hops = self.metrics.checkpoint_hop_seconds
+        assert self._loop is not None
+
+        async def ship() -> None:
+            t_loop = time.monotonic()
+            hops.labels(hop="handoff").observe(t_loop - t_sent)
+            try:
+                fut = await self.replicator.submit(item)
+            except BaseException as exc:
+                out.set_exception(exc)
+                raise
+            self._track(run, fut, ckpt_seq, journal_seq=journal_seq)
+
+            def done(f: asyncio.Future[ReplicationResult]) -> None:
+                if f.cancelled():
+                    out.cancel()
+                    return
+                exc = f.exception()
+                if exc is not None:
+                    out.set_exception(exc)
+                    return
+                t_ack = time.monotonic()
+                hops.labels(hop="redis").observe(t_ack - t_loop)
+                out.set_result((f.result(), t_ack))
+
+            fut.add_done_callback(done)
+            if summary is not None:
+                await self.reporter.progress(
+                    run.task_id, run.epoch, checkpoint=summary, journal_seq=run.journal_seq
+                )
+            elif journal_seq:
+                await self.reporter.progress(run.task_id, run.epoch, journal_seq=journal_seq)
+
+        asyncio.run_coroutine_threadsafe(ship(), self._loop).add_done_callback(_log_cfailure)
+        return out
+
+    def _wait_replicated(
+        self, run: _Run, fut: concurrent.futures.Future[tuple[ReplicationResult, float]]
+    ) -> None:
+        """Block this (handler) thread until Redis acked; raise when it refused our epoch."""
+        result, t_ack = fut.result()
+        self.metrics.checkpoint_hop_seconds.labels(hop="wake").observe(time.monotonic() - t_ack)
+        if result.outcome is Outcome.STALE:
+            raise TaskCancelled(
+                f"task {run.task_id!r}: Redis refused epoch {run.epoch} "
+                f"(now at {result.current_epoch})"
+            )
 
     async def _record(self, run: _Run, event: Any) -> int:
         payload = _encode(event, "journal event")
@@ -629,8 +927,10 @@ class TaskRunner:
             )
         )
         self._track(run, fut, 0, journal_seq=seq)
+        self._ensure(run)
         if run.durability == "replicated":
             await self._await_replicated(run, fut)
+            self._ensure(run)
         return seq
 
     def _progress(self, run: _Run, ratio: float, message: str) -> None:
@@ -756,9 +1056,23 @@ class TaskRunner:
         run.stopping = True
         run.cancelled.set()
         task = run.task
+        waits: set[asyncio.Future[Any]] = set()
         if task is not None and not task.done():
-            task.cancel()
-            await asyncio.wait({task}, timeout=self.stop_grace_s)
+            if not run.returned:  # a returned handler's result commit is left to finish
+                task.cancel()
+            waits.add(task)
+        if run.thread is not None and not run.thread.done():
+            # A thread cannot be interrupted: give it the grace to return (and
+            # commit its result) before nothing of this run may commit any more.
+            waits.add(asyncio.wrap_future(run.thread))
+        if waits:
+            await asyncio.wait(waits, timeout=self.stop_grace_s)
+        run.stopped = True
+        if run.shipping:  # records a handler thread committed, not yet handed to Redis
+            await asyncio.wait(
+                [asyncio.wrap_future(f) for f in list(run.shipping)],
+                timeout=self.flush_timeout_s if flush else 0.05,
+            )
         if flush and run.pending:
             pending = set(run.pending)
             done, _ = await asyncio.wait(pending, timeout=self.flush_timeout_s)
@@ -845,3 +1159,11 @@ def _log_failure(task: asyncio.Future[Any]) -> None:
     exc = task.exception()
     if exc is not None:
         _log.error("background report failed: %r", exc)
+
+
+def _log_cfailure(fut: concurrent.futures.Future[Any]) -> None:
+    if fut.cancelled():
+        return
+    exc = fut.exception()
+    if exc is not None:
+        _log.error("background step failed: %r", exc)

@@ -58,7 +58,9 @@ if TYPE_CHECKING:
 __all__ = [
     "Agent",
     "DurabilityName",
+    "FencingToken",
     "HandlerSpec",
+    "OwnershipLapsed",
     "Restored",
     "ServiceContext",
     "ServiceSpec",
@@ -83,6 +85,44 @@ class TaskCancelled(Exception):
     once the agent no longer owns the task at this epoch. Handlers need not
     catch it; the agent expects it.
     """
+
+
+class OwnershipLapsed(TaskCancelled):
+    """This assignment's ownership ran out where the handler runs (its fence deadline passed).
+
+    Raised by ``ensure_owner`` and by every context call made, or acknowledged,
+    after the fence deadline: the agent may have been paused (SIGSTOP, a long
+    GC, a cut-off network) long enough for the task to be given to another
+    node at a newer epoch. A ``TaskCancelled``: handlers need not catch it.
+    """
+
+
+@dataclass(frozen=True, slots=True)
+class FencingToken:
+    """What identifies one assignment to a system outside Lazarus that can check it.
+
+    Order: ``epoch`` grows on every assignment of ``task_id``; an external
+    system that remembers the highest epoch it has seen per task and refuses
+    a lower one (or an equal one from another ``incarnation``) fences a stale
+    owner out, whatever its clock or pause. See the SDK guide
+    (docs/sdk.md, "Fencing tokens") for a Redis Lua check and an HTTP header.
+
+    Attributes:
+        task_id: the task.
+        epoch: the assignment's epoch (>= 1).
+        incarnation: the agent process that holds it.
+    """
+
+    task_id: str
+    epoch: int
+    incarnation: str
+
+    HEADER = "Lazarus-Fencing-Token"
+    """The HTTP header ``header_value`` is sent in."""
+
+    def header_value(self) -> str:
+        """``<epoch>;<incarnation>;<task_id>`` (the epoch first: compare it as an integer)."""
+        return f"{self.epoch};{self.incarnation};{self.task_id}"
 
 
 class TaskFailure(Exception):
@@ -216,6 +256,33 @@ class TaskContext:
         if self._host.cancelled:
             raise TaskCancelled(f"task {self.task_id!r} at epoch {self.epoch} must stop")
 
+    def ensure_owner(self) -> None:
+        """Raise unless this assignment still owns the task now; call it right before a side effect.
+
+        Checked in the calling thread against the monotonic clock and the
+        agent's fence deadline (no hop to the agent's event loop), so a
+        handler resumed after a pause cannot act past its fence before the
+        agent has noticed. Passing proves ownership at the instant of the
+        call only: an effect that takes long, or one in a system that may see
+        it late, needs ``fencing_token`` checked by that system.
+
+        Raises:
+            OwnershipLapsed: the fence deadline passed (the agent may have been
+                paused or cut off; another node may own the task now).
+            TaskCancelled: the task was revoked, released, cancelled or is being fenced.
+        """
+        check = getattr(self._host, "ensure_owner", None)
+        if check is not None:
+            check()
+        else:
+            self.raise_if_cancelled()
+
+    @property
+    def fencing_token(self) -> FencingToken:
+        """(task id, epoch, incarnation) of this assignment, for systems that check it."""
+        incarnation = str(getattr(self._host, "incarnation", ""))
+        return FencingToken(self.task_id, self.epoch, incarnation)
+
     async def wait_cancelled(self) -> None:
         """Return when the task must stop (for handlers that race work against it)."""
         await self._host.wait_cancelled()
@@ -279,14 +346,34 @@ class SyncTaskContext:
         self.node_id = ctx.node_id
 
     def checkpoint(self, state: Any, *, reason: str = "") -> int:
-        """As ``TaskContext.checkpoint``, blocking."""
+        """As ``TaskContext.checkpoint``, blocking.
+
+        Commits from the calling thread straight to the store's writer (the
+        short path); the event loop only ships the record to Redis afterwards
+        (and, with ``durability="replicated"``, hands back Redis's ack).
+        """
+        direct = getattr(self._ctx._host, "checkpoint_sync", None)
+        if direct is not None:
+            return int(direct(state, reason))
         self._ctx.raise_if_cancelled()
         return int(self._call(self._ctx.checkpoint(state, reason=reason)))
 
     def record(self, event: Any) -> int:
-        """As ``TaskContext.record``, blocking."""
+        """As ``TaskContext.record``, blocking (the same short path as ``checkpoint``)."""
+        direct = getattr(self._ctx._host, "record_sync", None)
+        if direct is not None:
+            return int(direct(event))
         self._ctx.raise_if_cancelled()
         return int(self._call(self._ctx.record(event)))
+
+    def ensure_owner(self) -> None:
+        """As ``TaskContext.ensure_owner`` (checked in this thread)."""
+        self._ctx.ensure_owner()
+
+    @property
+    def fencing_token(self) -> FencingToken:
+        """As ``TaskContext.fencing_token``."""
+        return self._ctx.fencing_token
 
     def progress(self, ratio: float, message: str = "") -> None:
         """As ``TaskContext.progress``."""

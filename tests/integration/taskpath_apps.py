@@ -1,0 +1,49 @@
+"""Handlers for the task-path tests (issue [task-path]): side effects logged outside Lazarus.
+
+Loaded by a real ``lazarus node-agent --app tests.integration.taskpath_apps:agent``.
+Each handler appends JSON lines to ``payload["effects"]`` (a file shared by every
+agent of the test): which node ran which step of which task at which epoch —
+the external record a safety check reads.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Any
+
+from node_agent.sdk import Agent
+
+agent = Agent("lazarus-test-taskpath")
+
+
+def _effect(ctx: Any, event: str, **fields: Any) -> None:
+    line = {
+        "task": ctx.task_id,
+        "epoch": ctx.epoch,
+        "node": ctx.node_id,
+        "pid": os.getpid(),
+        "event": event,
+        "t": time.time(),
+        **fields,
+    }
+    with open(ctx.payload["effects"], "a") as f:
+        f.write(json.dumps(line) + "\n")
+
+
+@agent.task("finish-at-fence")
+def finish_at_fence(ctx: Any) -> dict[str, Any]:
+    """Run until this agent begins to fence, then return at once (before the deadline).
+
+    The handler's completion side effect runs once per call; the test checks
+    that the call is not repeated at the same epoch however the fence ends.
+    """
+    _effect(ctx, "start")
+    ctx.checkpoint({"step": 1}, reason="before the wait")
+    waited = 0.0
+    while not ctx.cancelled and waited < 30.0:
+        time.sleep(0.005)
+        waited += 0.005
+    _effect(ctx, "completion")
+    return {"done": True, "node": ctx.node_id}

@@ -1,0 +1,173 @@
+"""Issue [task-path] acceptance on real processes: a handler that returned is not called
+again for the same epoch, whether its agent re-attaches after a fence or the task moves.
+
+Every test builds its own ``LocalCluster`` under ``tmp_path`` and stops it by pid.
+The handlers (``tests.integration.taskpath_apps``) log their side effects to a
+file outside Lazarus; the checks read that file.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lazarus.devcluster import ChildProcess, LocalCluster
+from lazarus.v1 import records_pb2
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+APP = ["--app", "tests.integration.taskpath_apps:agent"]
+ENV = {"PYTHONPATH": str(REPO)}
+DONE = (records_pb2.TASK_STATE_COMPLETED, records_pb2.TASK_STATE_FAILED)
+
+MakeCluster = Callable[..., LocalCluster]
+
+
+@pytest.fixture
+async def make_cluster(tmp_path: Path) -> AsyncIterator[MakeCluster]:
+    """Factory: ``make_cluster(**LocalCluster kwargs)`` -> a started cluster."""
+    clusters: list[LocalCluster] = []
+
+    def make(**kwargs: Any) -> LocalCluster:
+        run_dir = tmp_path / f"run{len(clusters)}"
+        cluster = LocalCluster(
+            run_dir, cluster=f"tp-{uuid.uuid4().hex[:8]}", etcd_members=1, **kwargs
+        )
+        clusters.append(cluster)
+        cluster.start()
+        return cluster
+
+    yield make
+    for cluster in clusters:
+        await asyncio.to_thread(cluster.stop)
+
+
+def _effects(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _fenced(child: ChildProcess) -> bool:
+    for line in child.log_path.read_text(errors="replace").splitlines():
+        with contextlib.suppress(json.JSONDecodeError):
+            if json.loads(line).get("fields", {}).get("event") == "self_fence":
+                return True
+    return False
+
+
+async def _until(what: str, check: Callable[[], bool], timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not seen in {timeout_s} s: {what}")
+        await asyncio.sleep(0.01)
+
+
+async def _wait_done(
+    cluster: LocalCluster, task_id: str, timeout_s: float
+) -> records_pb2.TaskRecord:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        tasks = {t.task_id: t for t in await cluster.list_tasks()}
+        task = tasks.get(task_id)
+        if task is not None and task.state in DONE:
+            return task
+        if time.monotonic() > deadline:
+            tails = "\n".join(c.log_tail(20) for c in [*cluster.agents, *cluster.coordinators])
+            raise AssertionError(f"task {task_id} not done after {timeout_s} s\n{tails}")
+        await asyncio.sleep(0.2)
+
+
+def _calls_per_epoch(effects: list[dict[str, Any]], task_id: str) -> dict[int, int]:
+    calls: dict[int, int] = {}
+    for e in effects:
+        if e["task"] == task_id and e["event"] == "start":
+            calls[e["epoch"]] = calls.get(e["epoch"], 0) + 1
+    return calls
+
+
+async def test_result_of_a_handler_that_returned_as_its_agent_fenced_is_reported_not_rerun(
+    make_cluster: MakeCluster, tmp_path: Path
+) -> None:
+    """The leader pauses; the handler returns as the agent fences; the leader resumes.
+
+    The agent re-attaches the task at the same epoch and reports the stored
+    result: the handler is called once.
+    """
+    effects = tmp_path / "effects.jsonl"
+    cluster = make_cluster(coordinators=1, agents=1, agent_args=APP, env=ENV)
+    await cluster.ready(30)
+    rec = await cluster.submit(
+        "fence-1", "finish-at-fence", json.dumps({"effects": str(effects)}).encode()
+    )
+    await _until("the handler started", lambda: bool(_effects(effects)), 20)
+    leader, agent = cluster.coordinators[0], cluster.agents[0]
+    leader.pause()  # no more heartbeat acks, no ack of the completion
+    try:
+        await _until("the agent self-fenced", lambda: _fenced(agent), 6)
+        await _until(
+            "the handler returned",
+            lambda: any(e["event"] == "completion" for e in _effects(effects)),
+            2,
+        )
+        await asyncio.sleep(0.3)
+    finally:
+        leader.resume()  # before dead_after: the same incarnation re-attaches
+    task = await _wait_done(cluster, rec.task_id, 30)
+    assert task.state == records_pb2.TASK_STATE_COMPLETED, task.last_error.message
+    assert json.loads(task.result.payload) == {"done": True, "node": "agent-0"}
+    calls = _calls_per_epoch(_effects(effects), rec.task_id)
+    assert calls == {1: 1}, f"handler calls per epoch: {calls}"
+
+
+async def test_new_owner_completes_from_the_result_in_redis_without_calling_the_handler(
+    make_cluster: MakeCluster, tmp_path: Path
+) -> None:
+    """The handler returns as its agent fences; that agent then stays paused.
+
+    The leader declares it dead and moves the task; the new owner finds the
+    terminal result in Redis and completes the task without calling the handler.
+    """
+    effects = tmp_path / "effects.jsonl"
+    cluster = make_cluster(coordinators=1, agents=2, agent_args=APP, env=ENV)
+    await cluster.ready(30)
+    rec = await cluster.submit(
+        "move-1", "finish-at-fence", json.dumps({"effects": str(effects)}).encode()
+    )
+    await _until("the handler started", lambda: bool(_effects(effects)), 20)
+    first = _effects(effects)[0]["node"]
+    owner = next(a for a in cluster.agents if a.name == first)
+    leader = cluster.coordinators[0]
+    leader.pause()
+    paused_owner = False
+    try:
+        await _until("the owner self-fenced", lambda: _fenced(owner), 6)
+        await _until(
+            "the handler returned",
+            lambda: any(e["event"] == "completion" for e in _effects(effects)),
+            2,
+        )
+        await asyncio.sleep(0.5)  # its result reaches Redis
+        owner.pause()  # the owner stays away: the leader must move the task
+        paused_owner = True
+        leader.resume()
+        task = await _wait_done(cluster, rec.task_id, 40)
+    finally:
+        leader.resume()
+        if paused_owner:
+            owner.resume()
+    assert task.state == records_pb2.TASK_STATE_COMPLETED, task.last_error.message
+    assert task.epoch >= 2, "the task moved"
+    assert json.loads(task.result.payload) == {"done": True, "node": first}
+    calls = _calls_per_epoch(_effects(effects), rec.task_id)
+    assert calls == {1: 1}, f"handler calls per epoch: {calls}"

@@ -47,3 +47,19 @@ def finish_at_fence(ctx: Any) -> dict[str, Any]:
         waited += 0.005
     _effect(ctx, "completion")
     return {"done": True, "node": ctx.node_id}
+
+
+@agent.task("steps")
+def steps(ctx: Any) -> dict[str, Any]:
+    """Steps of a side effect, each right after ``ctx.ensure_owner()``; a checkpoint every 50.
+
+    ``payload["steps"]`` steps in all (resumed from the checkpoint after a move).
+    """
+    start = ctx.restored.state["i"] if ctx.restored and ctx.restored.state else 0
+    for i in range(start, ctx.payload["steps"]):
+        ctx.ensure_owner()
+        _effect(ctx, "step", i=i)
+        if i % 50 == 49:
+            ctx.checkpoint({"i": i + 1}, reason="every 50 steps")
+        time.sleep(0.002)
+    return {"steps": ctx.payload["steps"]}

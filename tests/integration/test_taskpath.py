@@ -171,3 +171,37 @@ async def test_new_owner_completes_from_the_result_in_redis_without_calling_the_
     assert json.loads(task.result.payload) == {"done": True, "node": first}
     calls = _calls_per_epoch(_effects(effects), rec.task_id)
     assert calls == {1: 1}, f"handler calls per epoch: {calls}"
+
+
+async def test_a_resumed_agent_takes_no_step_past_its_fence(
+    make_cluster: MakeCluster, tmp_path: Path
+) -> None:
+    """SIGSTOP the agent longer than its fence, then SIGCONT: its handler thread, which
+    runs before the agent's event loop has applied the fence, is refused by
+    ``ctx.ensure_owner()``: no step of epoch 1 is logged after the pause began, and
+    none after the first step of a newer epoch."""
+    effects = tmp_path / "effects.jsonl"
+    cluster = make_cluster(coordinators=1, agents=1, agent_args=APP, env=ENV)
+    await cluster.ready(30)
+    rec = await cluster.submit(
+        "steps-1", "steps", json.dumps({"effects": str(effects), "steps": 100000}).encode()
+    )
+    await _until("the handler stepped", lambda: len(_effects(effects)) > 20, 20)
+    agent = cluster.agents[0]
+    stopped_at = time.time()
+    agent.pause()
+    try:
+        await asyncio.sleep(4.0)  # past the fence deadline (2.5 s) and the DEAD verdict (3 s)
+    finally:
+        agent.resume()
+    resumed_at = time.time()
+    await _until(
+        "a step at a newer epoch",
+        lambda: any(e["epoch"] > 1 for e in _effects(effects)),
+        25,
+    )
+    steps = [e for e in _effects(effects) if e["task"] == rec.task_id and e["event"] == "step"]
+    late = [e for e in steps if e["epoch"] == 1 and e["t"] > stopped_at + 0.05]
+    assert not late, f"epoch-1 steps after the pause ({resumed_at - stopped_at:.1f} s): {late[:3]}"
+    first_new = min(e["t"] for e in steps if e["epoch"] > 1)
+    assert all(e["t"] < first_new for e in steps if e["epoch"] == 1)

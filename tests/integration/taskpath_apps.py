@@ -8,6 +8,7 @@ the external record a safety check reads.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import time
@@ -51,9 +52,12 @@ def finish_at_fence(ctx: Any) -> dict[str, Any]:
 
 @agent.task("steps")
 def steps(ctx: Any) -> dict[str, Any]:
-    """Steps of a side effect, each right after ``ctx.ensure_owner()``; a checkpoint every 50.
+    """CPU-bound steps of a side effect, each right after ``ctx.ensure_owner()``.
 
-    ``payload["steps"]`` steps in all (resumed from the checkpoint after a move).
+    A checkpoint every 50 steps; ``payload["steps"]`` steps in all (resumed from
+    the checkpoint after a move). The step holds the GIL (hashing, ~2 ms), as a
+    CPU-bound handler does: after a SIGSTOP/SIGCONT this thread runs before the
+    agent's event loop gets the interpreter back.
     """
     start = ctx.restored.state["i"] if ctx.restored and ctx.restored.state else 0
     for i in range(start, ctx.payload["steps"]):
@@ -61,5 +65,13 @@ def steps(ctx: Any) -> dict[str, Any]:
         _effect(ctx, "step", i=i)
         if i % 50 == 49:
             ctx.checkpoint({"i": i + 1}, reason="every 50 steps")
-        time.sleep(0.002)
+        _spin(0.002)
     return {"steps": ctx.payload["steps"]}
+
+
+def _spin(seconds: float) -> None:
+    end = time.perf_counter() + seconds
+    digest = b"x"
+    while time.perf_counter() < end:
+        for _ in range(50):
+            digest = hashlib.sha256(digest).digest()

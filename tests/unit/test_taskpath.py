@@ -1,0 +1,301 @@
+"""Issue [task-path]: ownership checked where the handler runs, results never re-run.
+
+* ``AgentCore.ownership()``: the fence as a snapshot a handler thread tests
+  against its own clock (pure; driven by a fake clock here).
+* ``TaskRunner``: a handler's result is committed as a terminal checkpoint
+  before it is reported, and an assignment that finds one reports it instead
+  of calling the handler; context calls past the fence deadline fail in the
+  handler's thread. Real ``CheckpointStore``; Redis replaced by fakes that
+  acknowledge at once (the Redis side is covered by tests/integration).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lazarus.v1 import agent_pb2, records_pb2
+from node_agent.checkpoint import CheckpointStore
+from node_agent.core import AgentCore, Ownership
+from node_agent.metrics import AgentMetrics
+from node_agent.replication import Outcome, ReplicationItem, ReplicationResult
+from node_agent.runner import RESULT_LABEL, TaskRunner
+from node_agent.sdk import (
+    Agent,
+    FencingToken,
+    OwnershipLapsed,
+    Restored,
+    TaskCancelled,
+    TaskContext,
+)
+
+# ------------------------------------------------------------------ the core
+
+
+def _welcome() -> agent_pb2.CoordinatorMessage:
+    return agent_pb2.CoordinatorMessage(
+        welcome=agent_pb2.Welcome(
+            term=1, leader_id="c1", heartbeat_interval_ms=500, fence_after_ms=2000
+        )
+    )
+
+
+def _ack(core: AgentCore, seq: int, now: float) -> None:
+    core.on_message(
+        agent_pb2.CoordinatorMessage(heartbeat_ack=agent_pb2.HeartbeatAck(seq=seq)), now, 0
+    )
+
+
+def test_no_ownership_before_the_first_welcome() -> None:
+    core = AgentCore("n1", "inc-1", fence_lead_s=0.5)
+    own = core.ownership()
+    assert own == Ownership(None)
+    assert not own.valid_at(0.0)
+    assert not own.may_start_at(0.0)
+
+
+def test_ownership_runs_to_the_fence_deadline_and_acks_move_it_forward() -> None:
+    core = AgentCore("n1", "inc-1", fence_lead_s=0.5)
+    core.hello(0.0, 0)
+    core.on_message(_welcome(), 0.0, 0)  # sends heartbeat 1 at 0.0
+    own = core.ownership()
+    assert own.deadline_s == pytest.approx(2.0)  # oldest unacked send + fence_after
+    assert own.valid_at(1.99) and not own.valid_at(2.0)
+    _ack(core, 1, 0.1)
+    assert core.ownership().deadline_s == pytest.approx(2.5)  # next one due at 0.5
+
+
+def test_a_fence_keeps_its_deadline_for_results_but_forbids_new_effects() -> None:
+    core = AgentCore("n1", "inc-1", fence_lead_s=0.5)
+    core.hello(0.0, 0)
+    core.on_message(_welcome(), 0.0, 0)
+    _ack(core, 1, 0.1)
+    core.tick(2.1, 0)  # no ack since: the fence begins at deadline - lead = 2.0
+    assert core.fenced
+    own = core.ownership()
+    assert own.fenced and own.deadline_s == pytest.approx(2.5)
+    assert own.valid_at(2.2)  # a result committed now is still this owner's
+    assert not own.may_start_at(2.2)  # but no new effect starts
+    assert not own.valid_at(2.5)
+    core.hello(3.0, 0)
+    core.on_message(_welcome(), 3.0, 0)
+    assert core.ownership().may_start_at(3.1)
+
+
+# ---------------------------------------------------------------- the runner
+
+
+class _Reporter:
+    def __init__(self) -> None:
+        self.results: list[dict[str, Any]] = []
+        self.started_: list[agent_pb2.TaskUpdate.Started] = []
+        self.done = asyncio.Event()
+
+    async def started(self, task_id: str, epoch: int, started: Any) -> None:
+        self.started_.append(started)
+
+    async def progress(self, task_id: str, epoch: int, **fields: Any) -> None:
+        pass
+
+    async def finished(self, task_id: str, epoch: int, **fields: Any) -> None:
+        self.results.append(fields)
+        self.done.set()
+
+    async def stopped(self, task_id: str, epoch: int, **fields: Any) -> None:
+        pass
+
+    async def lost(self, task_id: str, epoch: int, current_epoch: int) -> None:
+        pass
+
+
+class _Replicator:
+    """Acknowledges every item at once (Redis is covered by the integration tests)."""
+
+    def __init__(self) -> None:
+        self.items: list[ReplicationItem] = []
+
+    async def submit(self, item: ReplicationItem) -> asyncio.Future[ReplicationResult]:
+        self.items.append(item)
+        fut: asyncio.Future[ReplicationResult] = asyncio.get_running_loop().create_future()
+        fut.set_result(ReplicationResult(Outcome.OK, item.epoch))
+        return fut
+
+
+class _Claims:
+    async def claim_load(self, task_id: str, epoch: int, node_id: str) -> Any:
+        return ReplicationResult(Outcome.OK, epoch), None
+
+
+def _runner(tmp_path: Path, app: Agent, store: CheckpointStore) -> tuple[TaskRunner, _Reporter]:
+    reporter = _Reporter()
+    runner = TaskRunner(
+        app=app,
+        store=store,
+        replica=None,  # type: ignore[arg-type]
+        replicator=_Replicator(),  # type: ignore[arg-type]
+        reporter=reporter,
+        node_id="n1",
+        incarnation="inc-1",
+        default_durability="local",
+        max_payload_bytes=1 << 16,
+        metrics=AgentMetrics(),
+        stop_grace_s=0.5,
+    )
+    runner._claims = _Claims()  # type: ignore[assignment]
+    runner.ownership = Ownership(time.monotonic() + 3600)
+    return runner, reporter
+
+
+def _assign(task_id: str, kind: str, epoch: int = 1) -> agent_pb2.Assign:
+    return agent_pb2.Assign(
+        task_id=task_id,
+        epoch=epoch,
+        attempt=1,
+        spec=records_pb2.TaskSpec(kind=kind, payload=b"{}", content_type="application/json"),
+    )
+
+
+@pytest.mark.parametrize("sync", [True, False])
+async def test_a_returned_handler_is_not_called_again_at_its_epoch(
+    tmp_path: Path, sync: bool
+) -> None:
+    calls: list[int] = []
+    app = Agent("t")
+    if sync:
+
+        @app.task("k")
+        def handler(ctx: Any) -> dict[str, int]:
+            calls.append(ctx.epoch)
+            ctx.checkpoint({"step": 1})
+            return {"answer": 42}
+
+    else:
+
+        @app.task("k")
+        async def ahandler(ctx: TaskContext) -> dict[str, int]:
+            calls.append(ctx.epoch)
+            await ctx.checkpoint({"step": 1})
+            return {"answer": 42}
+
+    with CheckpointStore(tmp_path / "s", durability="group") as store:
+        runner, reporter = _runner(tmp_path, app, store)
+        runner.start(_assign("t1", "k"))
+        await asyncio.wait_for(reporter.done.wait(), 5)
+        first = reporter.results[0]["result"]
+        latest = store.load_latest("t1")
+        assert latest is not None and latest.info.terminal and latest.info.label == RESULT_LABEL
+        assert json.loads(latest.payload) == {"answer": 42}
+        await runner.stop("t1", 1, flush=False)
+        # The completion was never acknowledged: the task is assigned again at its epoch
+        # (a re-attach after a fence, or a restart). The stored result is reported.
+        reporter.done.clear()
+        runner.start(_assign("t1", "k"))
+        await asyncio.wait_for(reporter.done.wait(), 5)
+        assert calls == [1], "the handler ran once"
+        again = reporter.results[1]
+        assert again["result"] == first
+        assert again["final_checkpoint"].terminal
+        await runner.close()
+
+
+async def test_context_calls_after_the_fence_deadline_fail_in_the_handler_thread(
+    tmp_path: Path,
+) -> None:
+    """No hop to the event loop: the loop is blocked while the handler checks."""
+    seen: list[str] = []
+    go = threading.Event()
+    app = Agent("t")
+
+    @app.task("k")
+    def handler(ctx: Any) -> None:
+        ctx.ensure_owner()
+        seen.append("owner")
+        go.wait(5)
+        for call in (ctx.ensure_owner, lambda: ctx.checkpoint({"x": 1}), lambda: ctx.record(1)):
+            try:
+                call()
+                seen.append("passed")
+            except OwnershipLapsed:
+                seen.append("lapsed")
+        assert ctx.cancelled
+
+    with CheckpointStore(tmp_path / "s", durability="group") as store:
+        runner, reporter = _runner(tmp_path, app, store)
+        runner.start(_assign("t1", "k"))
+        while not seen:
+            await asyncio.sleep(0.01)
+        runner.ownership = Ownership(time.monotonic() + 0.05)
+        time.sleep(0.1)  # the deadline passes while the event loop is blocked
+        go.set()
+        time.sleep(0.3)  # the thread checks without the loop
+        assert seen == ["owner", "lapsed", "lapsed", "lapsed"]
+        assert store.load_latest("t1") is None
+        await runner.close()
+
+
+async def test_a_checkpoint_acknowledged_after_the_deadline_does_not_return_success(
+    tmp_path: Path,
+) -> None:
+    out: list[str] = []
+    app = Agent("t")
+
+    @app.task("k")
+    def handler(ctx: Any) -> None:
+        try:
+            ctx.checkpoint({"x": 1})
+            out.append("saved")
+        except OwnershipLapsed:
+            out.append("lapsed")
+
+    with CheckpointStore(tmp_path / "s", durability="group") as store:
+        runner, reporter = _runner(tmp_path, app, store)
+        real_save = store.save
+
+        def slow_save(cp: Any) -> Any:
+            outcome = real_save(cp)
+            runner.ownership = Ownership(time.monotonic() - 0.001)  # the deadline passed
+            return outcome
+
+        store.save = slow_save  # type: ignore[method-assign]
+        runner.start(_assign("t1", "k"))
+        for _ in range(200):
+            if out:
+                break
+            await asyncio.sleep(0.01)
+        assert out == ["lapsed"]
+        await runner.close()
+
+
+# ------------------------------------------------------------------- the SDK
+
+
+class _Host:
+    cancelled = False
+    incarnation = "inc-9"
+
+
+def test_fencing_token_names_task_epoch_and_incarnation() -> None:
+    ctx = TaskContext(
+        task_id="t-1",
+        kind="k",
+        epoch=7,
+        attempt=1,
+        payload=None,
+        restored=Restored(state=None, checkpoint_seq=0, covers_journal_seq=0),
+        node_id="n",
+        host=_Host(),  # type: ignore[arg-type]
+    )
+    token = ctx.fencing_token
+    assert token == FencingToken("t-1", 7, "inc-9")
+    assert token.header_value() == "7;inc-9;t-1"
+    ctx.ensure_owner()  # a host without ensure_owner: the cancelled flag decides
+    _Host.cancelled = True
+    with pytest.raises(TaskCancelled):
+        ctx.ensure_owner()
+    _Host.cancelled = False

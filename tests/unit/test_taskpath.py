@@ -66,7 +66,8 @@ def test_ownership_runs_to_the_fence_deadline_and_acks_move_it_forward() -> None
     core.on_message(_welcome(), 0.0, 0)  # sends heartbeat 1 at 0.0
     own = core.ownership()
     assert own.deadline_s == pytest.approx(2.0)  # oldest unacked send + fence_after
-    assert own.valid_at(1.99) and not own.valid_at(2.0)
+    assert own.valid_at(1.99)
+    assert not own.valid_at(2.0)
     _ack(core, 1, 0.1)
     assert core.ownership().deadline_s == pytest.approx(2.5)  # next one due at 0.5
 
@@ -79,7 +80,8 @@ def test_a_fence_keeps_its_deadline_for_results_but_forbids_new_effects() -> Non
     core.tick(2.1, 0)  # no ack since: the fence begins at deadline - lead = 2.0
     assert core.fenced
     own = core.ownership()
-    assert own.fenced and own.deadline_s == pytest.approx(2.5)
+    assert own.fenced
+    assert own.deadline_s == pytest.approx(2.5)
     assert own.valid_at(2.2)  # a result committed now is still this owner's
     assert not own.may_start_at(2.2)  # but no new effect starts
     assert not own.valid_at(2.5)
@@ -189,7 +191,9 @@ async def test_a_returned_handler_is_not_called_again_at_its_epoch(
         await asyncio.wait_for(reporter.done.wait(), 5)
         first = reporter.results[0]["result"]
         latest = store.load_latest("t1")
-        assert latest is not None and latest.info.terminal and latest.info.label == RESULT_LABEL
+        assert latest is not None
+        assert latest.info.terminal
+        assert latest.info.label == RESULT_LABEL
         assert json.loads(latest.payload) == {"answer": 42}
         await runner.stop("t1", 1, flush=False)
         # The completion was never acknowledged: the task is assigned again at its epoch
@@ -226,14 +230,14 @@ async def test_context_calls_after_the_fence_deadline_fail_in_the_handler_thread
         assert ctx.cancelled
 
     with CheckpointStore(tmp_path / "s", durability="group") as store:
-        runner, reporter = _runner(tmp_path, app, store)
+        runner, _ = _runner(tmp_path, app, store)
         runner.start(_assign("t1", "k"))
         while not seen:
             await asyncio.sleep(0.01)
         runner.ownership = Ownership(time.monotonic() + 0.05)
-        time.sleep(0.1)  # the deadline passes while the event loop is blocked
+        time.sleep(0.1)  # noqa: ASYNC251 -- the deadline passes while the loop is blocked
         go.set()
-        time.sleep(0.3)  # the thread checks without the loop
+        time.sleep(0.3)  # noqa: ASYNC251 -- the thread checks without the loop
         assert seen == ["owner", "lapsed", "lapsed", "lapsed"]
         assert store.load_latest("t1") is None
         await runner.close()
@@ -254,7 +258,7 @@ async def test_a_checkpoint_acknowledged_after_the_deadline_does_not_return_succ
             out.append("lapsed")
 
     with CheckpointStore(tmp_path / "s", durability="group") as store:
-        runner, reporter = _runner(tmp_path, app, store)
+        runner, _ = _runner(tmp_path, app, store)
         real_save = store.save
 
         def slow_save(cp: Any) -> Any:

@@ -1,0 +1,242 @@
+"""The task path, measured from outside: what a checkpoint per step costs a handler.
+
+Issue [task-path] item 4. Workload (the issue's): T tasks x S steps, each step
+either I/O-bound (``sleep``) or CPU-bound Python (hashing, ``step_s`` of the
+thread's CPU time), a ``ctx.checkpoint`` after every step, plain ``def``
+handlers, on a real local cluster (etcd, Redis, 1 coordinator, ``--agents``
+node agents with ``--slots`` slots each; ``lazarus.devcluster.LocalCluster``).
+Every (step kind, durability) runs twice: with a checkpoint per step and
+without any (the no-checkpoint ideal for the same slots).
+
+Per task (``bench/taskpath_app.py`` logs it): task time (handler start to
+return, monotonic), work (steps x step_s) and every checkpoint call's
+duration. Reported:
+
+- ``overhead_ms`` p50/p99: (task time - work) / steps, with checkpoints;
+- ``vs_ideal_ms`` p50: (median task time with checkpoints - median without) / steps;
+- ``ckpt_call_ms`` p50/p99: one ``ctx.checkpoint`` call as the handler saw it;
+- ``hops_ms``: mean of each hop of the sync short path, from the agents'
+  ``lazarus_agent_checkpoint_hop_seconds`` (commit, handoff, redis, wake);
+- ``job_s`` and ``ideal_job_s``: first submit to last completion, with and
+  without checkpoints; ``job_ratio`` = their quotient.
+
+Isolation: ``thread`` (the only one built so far; process isolation is item 1
+of the issue). Results: ``bench/results/taskpath.json`` and the "taskpath"
+section of ``bench/README.md``. Processes are stopped by pid at the end.
+
+Run: ``.venv/bin/python bench/taskpath_bench.py [--tasks 40] [--steps 20]
+[--step-s 0.1] [--kinds io,cpu] [--durability local,replicated]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+import uuid
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _report import RESULTS_DIR, today, write_json, write_section
+
+from lazarus.devcluster import LocalCluster
+from lazarus.v1 import records_pb2
+
+BENCH = Path(__file__).resolve().parent
+REPO = BENCH.parent
+DURABILITY = {
+    "local": records_pb2.CHECKPOINT_DURABILITY_LOCAL,
+    "replicated": records_pb2.CHECKPOINT_DURABILITY_REPLICATED,
+}
+
+
+def _pct(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    s = sorted(values)
+    return s[min(len(s) - 1, max(0, round(q * (len(s) - 1))))]
+
+
+def _hops(urls: list[str]) -> dict[str, tuple[float, float]]:
+    """hop -> (sum seconds, count) over every agent's metrics."""
+    out: dict[str, list[float]] = {}
+    for url in urls:
+        try:
+            text = urllib.request.urlopen(url, timeout=5).read().decode()
+        except OSError:
+            continue
+        for line in text.splitlines():
+            if not line.startswith("lazarus_agent_checkpoint_hop_seconds_"):
+                continue
+            name, value = line.rsplit(" ", 1)
+            hop = name.split('hop="', 1)[1].split('"', 1)[0]
+            acc = out.setdefault(hop, [0.0, 0.0])
+            if name.startswith("lazarus_agent_checkpoint_hop_seconds_sum"):
+                acc[0] += float(value)
+            elif name.startswith("lazarus_agent_checkpoint_hop_seconds_count"):
+                acc[1] += float(value)
+    return {k: (v[0], v[1]) for k, v in out.items()}
+
+
+async def _job(
+    cluster: LocalCluster, kind: str, durability: str, args: argparse.Namespace, checkpoint: bool
+) -> dict[str, Any]:
+    out = Path(tempfile.mkstemp(prefix="taskpath-", suffix=".jsonl", dir=cluster.run_dir)[1])
+    hops0 = _hops(cluster.agent_metrics)
+    payload = {
+        "steps": args.steps,
+        "step_s": args.step_s,
+        "out": str(out),
+        "checkpoint": checkpoint,
+    }
+    t0 = time.time()
+    ids = set()
+    for i in range(args.tasks):
+        rec = await cluster.submit(
+            f"{kind}-{durability}-{checkpoint}-{i}-{uuid.uuid4().hex[:6]}",
+            f"tp-{kind}",
+            json.dumps(payload).encode(),
+            durability=DURABILITY[durability],
+        )
+        ids.add(rec.task_id)
+    deadline = time.monotonic() + 600
+    while True:
+        tasks = [t for t in await cluster.list_tasks() if t.task_id in ids]
+        done = [
+            t
+            for t in tasks
+            if t.state in (records_pb2.TASK_STATE_COMPLETED, records_pb2.TASK_STATE_FAILED)
+        ]
+        if len(done) == len(ids):
+            break
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{len(done)}/{len(ids)} done")
+        await asyncio.sleep(0.05)
+    failed = [t for t in done if t.state != records_pb2.TASK_STATE_COMPLETED]
+    text = await asyncio.to_thread(out.read_text)
+    lines = [json.loads(x) for x in text.splitlines() if x.strip()]
+    job_s = max(x["end_wall"] for x in lines) - t0
+    hops1 = _hops(cluster.agent_metrics)
+    hops = {
+        hop: (hops1[hop][0] - hops0.get(hop, (0.0, 0.0))[0])
+        / max(1.0, hops1[hop][1] - hops0.get(hop, (0.0, 0.0))[1])
+        * 1000
+        for hop in hops1
+        if hops1[hop][1] - hops0.get(hop, (0.0, 0.0))[1] > 0
+    }
+    return {"lines": lines, "job_s": job_s, "failed": len(failed), "hops_ms": hops}
+
+
+async def _main(args: argparse.Namespace) -> dict[str, Any]:
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="lazarus-taskpath-bench-") as tmp:
+        cluster = LocalCluster(
+            Path(tmp),
+            coordinators=1,
+            agents=args.agents,
+            cluster=f"tpb-{uuid.uuid4().hex[:6]}",
+            agent_args=["--slots", str(args.slots), "--app", "taskpath_app:agent"],
+            env={"PYTHONPATH": f"{BENCH}:{REPO}"},
+        )
+        try:
+            cluster.start()
+            await cluster.ready(60)
+            for kind in args.kinds.split(","):
+                ideal = await _job(cluster, kind, "local", args, checkpoint=False)
+                ideal_task = statistics.median(x["task_s"] for x in ideal["lines"])
+                for durability in args.durability.split(","):
+                    run = await _job(cluster, kind, durability, args, checkpoint=True)
+                    lines = run["lines"]
+                    over = [(x["task_s"] - x["work_s"]) / x["steps"] * 1000 for x in lines]
+                    calls = [c * 1000 for x in lines for c in x["ckpt_s"]]
+                    task_med = statistics.median(x["task_s"] for x in lines)
+                    row = {
+                        "kind": kind,
+                        "durability": durability,
+                        "isolation": "thread",
+                        "tasks": args.tasks,
+                        "steps": args.steps,
+                        "step_s": args.step_s,
+                        "slots": args.slots * args.agents,
+                        "overhead_ms_p50": _pct(over, 0.5),
+                        "overhead_ms_p99": _pct(over, 0.99),
+                        "vs_ideal_ms_p50": (task_med - ideal_task) / args.steps * 1000,
+                        "ckpt_call_ms_p50": _pct(calls, 0.5),
+                        "ckpt_call_ms_p99": _pct(calls, 0.99),
+                        "task_s_p50": task_med,
+                        "task_s_p90": _pct([x["task_s"] for x in lines], 0.9),
+                        "ideal_task_s_p50": ideal_task,
+                        "hops_ms": run["hops_ms"],
+                        "job_s": run["job_s"],
+                        "ideal_job_s": ideal["job_s"],
+                        "job_ratio": run["job_s"] / ideal["job_s"],
+                        "failed": run["failed"],
+                    }
+                    rows.append(row)
+                    print(json.dumps(row), flush=True)
+        finally:
+            await asyncio.to_thread(cluster.stop)
+    return {"rows": rows}
+
+
+def _commit() -> str:
+    return subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=REPO
+    ).stdout.strip()
+
+
+def _table(result: dict[str, Any]) -> str:
+    r0 = result["rows"][0]
+    head = (
+        f"Measured {today()} at commit `{result['commit']}` on 2 cores (shared with other "
+        f"workers: noisy). {r0['tasks']} tasks x {r0['steps']} steps of "
+        f"{r0['step_s'] * 1000:.0f} ms, "
+        f"a checkpoint per step, {r0['slots']} slots on {result['agents']} agents, sync handlers.\n"
+        "`.venv/bin/python bench/taskpath_bench.py`; "
+        "raw figures in `bench/results/taskpath.json`.\n\n"
+        "| step | durability | isolation | overhead/step p50 / p99 ms | vs no-checkpoint p50 ms | "
+        "ckpt call p50 / p99 ms | hops (mean ms) | task s p50 / p90 | job s (ideal) |\n"
+        "|---|---|---|---:|---:|---:|---|---:|---:|\n"
+    )
+    body = ""
+    for r in result["rows"]:
+        hops = ", ".join(f"{k} {v:.2f}" for k, v in sorted(r["hops_ms"].items()))
+        body += (
+            f"| {r['kind']} | {r['durability']} | {r['isolation']} | "
+            f"{r['overhead_ms_p50']:.1f} / {r['overhead_ms_p99']:.1f} | "
+            f"{r['vs_ideal_ms_p50']:.1f} | "
+            f"{r['ckpt_call_ms_p50']:.2f} / {r['ckpt_call_ms_p99']:.2f} | {hops} | "
+            f"{r['task_s_p50']:.2f} / {r['task_s_p90']:.2f} | "
+            f"{r['job_s']:.1f} ({r['ideal_job_s']:.1f}) |\n"
+        )
+    return head + body
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--tasks", type=int, default=40)
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--step-s", type=float, default=0.1)
+    parser.add_argument("--agents", type=int, default=2)
+    parser.add_argument("--slots", type=int, default=2)
+    parser.add_argument("--kinds", default="io,cpu")
+    parser.add_argument("--durability", default="local,replicated")
+    parser.add_argument("--out", type=Path, default=RESULTS_DIR / "taskpath.json")
+    args = parser.parse_args()
+    result = asyncio.run(_main(args))
+    result["commit"] = _commit()
+    result["agents"] = args.agents
+    write_json(args.out, result)
+    write_section("taskpath", _table(result))
+    print(_table(result))
+
+
+if __name__ == "__main__":
+    main()

@@ -710,6 +710,14 @@ def node_agent_command(
             help="Default checkpoint durability: after local fsync, or after Redis acked too.",
         ),
     ] = "local",
+    isolation: Annotated[
+        Literal["thread", "process"],
+        typer.Option(
+            envvar="LAZARUS_ISOLATION",
+            help="Where plain def handlers run unless they say: a thread of the agent "
+            "(I/O-bound steps) or a worker process per slot (CPU-bound Python).",
+        ),
+    ] = "thread",
     max_payload_bytes: Annotated[
         int,
         typer.Option(
@@ -777,6 +785,7 @@ def node_agent_command(
             labels=parse_labels(labels),
             advertise_kinds=advertise_kinds,
             durability=durability,
+            isolation=isolation,
             max_payload_bytes=max_payload_bytes,
             replication_backlog=replication_backlog,
             metrics_listen=metrics_listen,

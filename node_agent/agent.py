@@ -256,6 +256,8 @@ class NodeAgent:
             max_payload_bytes=s.max_payload_bytes,
             metrics=self.metrics,
             shared=self.shared,
+            default_isolation=s.isolation,
+            slots=s.slots,
         )
         metas = await self._store.aio.metas()
         async with self._lock:
@@ -274,6 +276,7 @@ class NodeAgent:
             asyncio.create_task(self._session_loop(), name="agent-session"),
             asyncio.create_task(self._tick_loop(), name="agent-tick"),
         ]
+        self._spawn(asyncio.to_thread(self._runner.prestart_workers))  # isolation="process"
         shared = self.shared
         for spec in self.app.services:
             ctx = ServiceContext(

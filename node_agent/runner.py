@@ -51,6 +51,7 @@ from node_agent.checkpoint import (
     StoredCheckpoint,
 )
 from node_agent.core import Ownership
+from node_agent.isolation import Worker, WorkerDied, WorkerPool, stop_run
 from node_agent.metrics import AgentMetrics
 from node_agent.replication import (
     ClaimBatcher,
@@ -65,6 +66,7 @@ from node_agent.sdk import (
     Agent,
     DurabilityName,
     HandlerSpec,
+    IsolationName,
     OwnershipLapsed,
     Restored,
     SyncTaskContext,
@@ -161,6 +163,7 @@ class _Run:
     started_s: float = 0.0
     returned: bool = False  # the handler returned: its result is being committed
     thread: concurrent.futures.Future[Any] | None = None  # a sync handler's thread
+    worker: Worker | None = None  # its worker process (isolation="process")
     stopped: bool = False  # stop() completed: nothing of this run may commit any more
     stored_result: records_pb2.TaskResult | None = None  # found at restore
 
@@ -257,8 +260,13 @@ class TaskRunner:
         redis_retry_s: float = 0.25,
         flush_timeout_s: float = 10.0,
         shared: SharedDocuments | None = None,
+        default_isolation: IsolationName = "thread",
+        slots: int = 8,
     ) -> None:
         self.app = app
+        self.default_isolation: IsolationName = default_isolation
+        self.slots = slots
+        self._workers: WorkerPool | None = None
         self.store = store
         self.replica = replica
         self.replicator = replicator
@@ -278,8 +286,35 @@ class TaskRunner:
         self._claims = ClaimBatcher(replica, max_batch=RESTORE_CONCURRENCY)
         self._pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="lazarus-task")
         self._loop: asyncio.AbstractEventLoop | None = None
-        self.ownership = Ownership()
+        self._ownership = Ownership()
+
+    @property
+    def ownership(self) -> Ownership:
         """The fence as of the core's newest step; the agent shell replaces it after each."""
+        return self._ownership
+
+    @ownership.setter
+    def ownership(self, own: Ownership) -> None:
+        self._ownership = own
+        if self._workers is not None:
+            self._workers.publish(own.deadline_s, own.fenced)
+
+    def _pool_of_workers(self) -> WorkerPool:
+        if self._workers is None:
+            self._workers = WorkerPool(self.slots)
+            self._workers.publish(self._ownership.deadline_s, self._ownership.fenced)
+        return self._workers
+
+    def prestart_workers(self) -> None:
+        """Start the worker processes now when handlers run in processes (blocking)."""
+        kinds = [self.app.handler(k) for k in self.app.kinds]
+        if any(h is not None and self._isolation(h) == "process" for h in kinds):
+            self._pool_of_workers().prestart(self.slots)
+
+    def _isolation(self, handler: HandlerSpec) -> IsolationName:
+        if handler.is_async:
+            return "thread"
+        return handler.isolation or self.default_isolation
 
     # -------------------------------------------------------------- ownership
 
@@ -507,8 +542,80 @@ class TaskRunner:
             self._checkpoint_sync(run, body, RESULT_LABEL, result=True)
             return self._task_result(body), None
 
-        run.thread = self._pool.submit(body_in_thread)
+        if self._isolation(handler) == "process":
+            run.thread = self._pool.submit(self._relay, run, handler, ctx)
+        else:
+            run.thread = self._pool.submit(body_in_thread)
         return await asyncio.wrap_future(run.thread)
+
+    def _relay(
+        self, run: _Run, handler: HandlerSpec, ctx: TaskContext
+    ) -> tuple[records_pb2.TaskResult | None, records_pb2.TaskError | None]:
+        """Run the handler in a worker process; serve its context calls (a relay thread)."""
+        pool = self._pool_of_workers()
+        worker = pool.acquire()
+        run.worker = worker
+        if run.cancelled.is_set():
+            stop_run(worker)
+        fields = {
+            "task_id": ctx.task_id,
+            "kind": ctx.kind,
+            "epoch": ctx.epoch,
+            "attempt": ctx.attempt,
+            "payload": ctx.payload,
+            "restored": ctx.restored,
+            "node_id": ctx.node_id,
+            "incarnation": self.incarnation,
+        }
+        conn = worker.conn
+        try:
+            conn.send(("run", handler.fn, fields))
+            while True:
+                try:
+                    msg = conn.recv()
+                except (EOFError, OSError):
+                    raise WorkerDied(
+                        f"the worker process (pid {worker.pid}) running task {run.task_id!r} "
+                        f"died: {worker.death()}; the agent and its other tasks go on"
+                    ) from None
+                op = msg[0]
+                if op in ("checkpoint", "record"):
+                    try:
+                        if op == "checkpoint":
+                            seq = self._checkpoint_sync(run, msg[1], msg[2])
+                        else:
+                            seq = self._record_sync(run, msg[1])
+                        conn.send(("ok", seq))
+                    except Exception as exc:
+                        conn.send(("err", type(exc).__name__, str(exc)))
+                elif op == "progress":
+                    if self._loop is not None:
+                        self._loop.call_soon_threadsafe(self._progress, run, msg[1], msg[2])
+                elif op == "return":
+                    pool.release(worker)
+                    run.worker = None
+                    run.returned = True
+                    body, error = self._result_body(run, msg[1])
+                    if body is None:
+                        return None, error
+                    self._checkpoint_sync(run, body, RESULT_LABEL, result=True)
+                    return self._task_result(body), None
+                elif op == "raise":
+                    pool.release(worker)
+                    run.worker = None
+                    _, kind, text, retryable, tb = msg
+                    if kind == "OwnershipLapsed":
+                        raise OwnershipLapsed(text)
+                    if kind == "TaskCancelled":
+                        raise TaskCancelled(text)
+                    if kind == "TaskFailure":
+                        raise TaskFailure(text, retryable=retryable)
+                    raise _RemoteError(f"{kind}: {text}", tb)
+        except BaseException:
+            if run.worker is not None:
+                pool.discard(worker)
+                run.worker = None
+            raise
 
     # ---------------------------------------------------------------- restore
 
@@ -1029,7 +1136,8 @@ class TaskRunner:
     ) -> records_pb2.TaskError:
         err = self._error_text(run, f"{type(exc).__name__}: {exc}", code, retryable=retryable)
         err.exception_type = type(exc).__qualname__
-        err.traceback = "".join(traceback.format_exception(exc))[-4000:]
+        remote = getattr(exc, "remote_traceback", "")
+        err.traceback = (remote or "".join(traceback.format_exception(exc)))[-4000:]
         return err
 
     def _error_text(
@@ -1061,13 +1169,28 @@ class TaskRunner:
             if not run.returned:  # a returned handler's result commit is left to finish
                 task.cancel()
             waits.add(task)
+        if run.worker is not None:
+            stop_run(run.worker)  # its context calls and ensure_owner raise from now on
         if run.thread is not None and not run.thread.done():
             # A thread cannot be interrupted: give it the grace to return (and
             # commit its result) before nothing of this run may commit any more.
-            waits.add(asyncio.wrap_future(run.thread))
+            thread = asyncio.wrap_future(run.thread)
+            thread.add_done_callback(_retrieve)
+            waits.add(thread)
         if waits:
             await asyncio.wait(waits, timeout=self.stop_grace_s)
         run.stopped = True
+        worker = run.worker
+        if worker is not None and self._workers is not None:
+            # A handler process that ignored the stop is killed: it cannot go on
+            # past the fence (or after a revoke) whatever it does.
+            _log.warning(
+                "task %s: handler process %s did not stop within %.1f s; killing it",
+                task_id,
+                worker.pid,
+                self.stop_grace_s,
+            )
+            await asyncio.to_thread(self._workers.discard, worker)
         if run.shipping:  # records a handler thread committed, not yet handed to Redis
             await asyncio.wait(
                 [asyncio.wrap_future(f) for f in list(run.shipping)],
@@ -1101,6 +1224,8 @@ class TaskRunner:
         if tasks:
             await asyncio.wait(tasks, timeout=self.stop_grace_s)
         self._runs.clear()
+        if self._workers is not None:
+            await asyncio.to_thread(self._workers.close)
         self._pool.shutdown(wait=False, cancel_futures=True)
 
     # ---------------------------------------------------------------- records
@@ -1167,3 +1292,17 @@ def _log_cfailure(fut: concurrent.futures.Future[Any]) -> None:
     exc = fut.exception()
     if exc is not None:
         _log.error("background step failed: %r", exc)
+
+
+class _RemoteError(Exception):
+    """An exception a handler raised in its worker process (its traceback is kept)."""
+
+    def __init__(self, message: str, remote_traceback: str) -> None:
+        super().__init__(message)
+        self.remote_traceback = remote_traceback
+
+
+def _retrieve(fut: asyncio.Future[Any]) -> None:
+    """Consume a stopped run's outcome (its task was cancelled; nobody else reads it)."""
+    if not fut.cancelled():
+        fut.exception()

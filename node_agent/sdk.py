@@ -60,6 +60,7 @@ __all__ = [
     "DurabilityName",
     "FencingToken",
     "HandlerSpec",
+    "IsolationName",
     "OwnershipLapsed",
     "Restored",
     "ServiceContext",
@@ -69,6 +70,9 @@ __all__ = [
     "TaskContext",
     "TaskFailure",
 ]
+
+IsolationName = Literal["thread", "process"]
+"""Where a plain ``def`` handler runs: a thread of the agent, or a worker process."""
 
 DurabilityName = Literal["local", "replicated"]
 """When ``checkpoint`` / ``record`` return: after the local fsync, or after Redis acked too."""
@@ -449,12 +453,14 @@ class HandlerSpec:
         is_async: whether ``fn`` is a coroutine function.
         durability: default durability of its checkpoints; a task's
             ``TaskSpec.durability`` overrides it.
+        isolation: "thread", "process", or None for the node's default (``--isolation``).
     """
 
     kind: str
     fn: Callable[..., Any]
     is_async: bool
     durability: DurabilityName
+    isolation: IsolationName | None = None
 
 
 class Agent:
@@ -469,16 +475,30 @@ class Agent:
         self._handlers: dict[str, HandlerSpec] = {}
         self._services: dict[str, ServiceSpec] = {}
 
-    def task(self, kind: str, *, durability: DurabilityName = "local") -> Callable[[H], H]:
+    def task(
+        self,
+        kind: str,
+        *,
+        durability: DurabilityName = "local",
+        isolation: IsolationName | None = None,
+    ) -> Callable[[H], H]:
         """Register the decorated function as the handler of ``kind``.
 
         Args:
             kind: 1..128 characters of ``[A-Za-z0-9._:/-]``, starting alphanumeric.
             durability: "local" or "replicated" (see the module docstring).
+            isolation: for a plain ``def`` handler: "thread" (a thread of the agent;
+                for I/O-bound steps), "process" (a worker process from a pool sized
+                by the node's slots; for CPU-bound Python, killed at revoke or fence;
+                the handler must be a module-level function), or None: the node's
+                ``--isolation``. An ``async def`` handler always runs on the loop.
 
         Raises:
-            ValueError: a bad kind or durability, or a kind registered twice.
+            ValueError: a bad kind, durability or isolation, a kind registered
+                twice, or ``isolation="process"`` for an ``async def`` handler.
         """
+        if isolation not in (None, "thread", "process"):
+            raise ValueError(f"isolation: must be 'thread' or 'process', got {isolation!r}")
         if not isinstance(kind, str) or not _KIND.match(kind):
             raise ValueError(f"kind: must match {_KIND.pattern}, got {kind!r}")
         if durability not in ("local", "replicated"):
@@ -490,7 +510,9 @@ class Agent:
             if not callable(fn):
                 raise ValueError(f"handler of {kind!r} is not callable")
             is_async = inspect.iscoroutinefunction(fn)
-            self._handlers[kind] = HandlerSpec(kind, fn, is_async, durability)
+            if is_async and isolation == "process":
+                raise ValueError(f"handler of {kind!r}: isolation='process' needs a plain def")
+            self._handlers[kind] = HandlerSpec(kind, fn, is_async, durability, isolation)
             return fn
 
         return register

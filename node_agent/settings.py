@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from node_agent.sdk import DurabilityName
+from node_agent.sdk import DurabilityName, IsolationName
 
 __all__ = ["AgentSettings", "SettingsError", "parse_addresses", "parse_labels"]
 
@@ -76,6 +76,7 @@ class AgentSettings:
             those; off by default so a task of an unknown kind reaches an agent
             and fails with a readable error instead of waiting forever.
         durability: default checkpoint durability of tasks that do not say.
+        isolation: where plain ``def`` handlers run unless they say: "thread" or "process".
         max_payload_bytes: limit on a task's payload, checkpoint state, event and result.
         replication_backlog: replication queue bound, records (>= 16).
         metrics_listen: Prometheus ``/metrics`` host:port ("" disables).
@@ -96,6 +97,7 @@ class AgentSettings:
     labels: dict[str, str] = field(default_factory=dict)
     advertise_kinds: bool = False
     durability: DurabilityName = "local"
+    isolation: IsolationName = "thread"
     max_payload_bytes: int = 1 << 20
     replication_backlog: int = 10_000
     metrics_listen: str = ""
@@ -115,6 +117,8 @@ class AgentSettings:
             raise SettingsError(f"--app: {self.app!r} is not module:attribute")
         if self.slots < 1:
             raise SettingsError(f"--slots: must be >= 1, got {self.slots}")
+        if self.isolation not in ("thread", "process"):
+            raise SettingsError(f"--isolation: 'thread' or 'process', got {self.isolation!r}")
         if self.durability not in ("local", "replicated"):
             raise SettingsError(f"--durability: 'local' or 'replicated', got {self.durability!r}")
         if self.max_payload_bytes < 1024:

@@ -13,12 +13,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import signal
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+import taskpath_workers
 
 from lazarus.v1 import agent_pb2, records_pb2
 from node_agent.checkpoint import CheckpointStore
@@ -303,3 +306,79 @@ def test_fencing_token_names_task_epoch_and_incarnation() -> None:
     with pytest.raises(TaskCancelled):
         ctx.ensure_owner()
     _Host.cancelled = False
+
+
+# ------------------------------------------------------- process isolation
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+async def _checkpointed_pid(store: CheckpointStore, task_id: str) -> int:
+    for _ in range(500):
+        latest = store.load_latest(task_id)
+        if latest is not None:
+            return int(json.loads(latest.payload)["pid"])
+        await asyncio.sleep(0.02)
+    raise AssertionError("the handler never checkpointed")
+
+
+def _process_app() -> Agent:
+    app = Agent("p")
+    app.task("steps", isolation="process")(taskpath_workers.steps)
+    app.task("spin", isolation="process")(taskpath_workers.report_pid_then_spin)
+    return app
+
+
+async def test_process_isolation_runs_the_handler_in_a_worker_and_commits_its_result(
+    tmp_path: Path,
+) -> None:
+    with CheckpointStore(tmp_path / "s", durability="group") as store:
+        runner, reporter = _runner(tmp_path, _process_app(), store)
+        runner.start(_assign("t1", "steps"))
+        await asyncio.wait_for(reporter.done.wait(), 30)
+        result = json.loads(reporter.results[0]["result"].payload)
+        assert result["pid"] != os.getpid()
+        assert result["token"] == "1;inc-1;t1"
+        infos = store.list("t1")
+        assert [i.seq for i in infos] == [1, 2, 3, 4]
+        assert infos[-1].label == RESULT_LABEL
+        await runner.close()
+
+
+async def test_sigkill_of_a_worker_fails_only_its_task_readably_and_retryably(
+    tmp_path: Path,
+) -> None:
+    with CheckpointStore(tmp_path / "s", durability="group") as store:
+        runner, reporter = _runner(tmp_path, _process_app(), store)
+        runner.start(_assign("victim", "spin"))
+        pid = await _checkpointed_pid(store, "victim")
+        os.kill(pid, signal.SIGKILL)
+        await asyncio.wait_for(reporter.done.wait(), 10)
+        error = reporter.results[0]["error"]
+        assert error.retryable
+        assert f"pid {pid}" in error.message
+        assert "killed by SIGKILL" in error.message
+        reporter.done.clear()
+        runner.start(_assign("other", "steps"))  # the runner (the agent) goes on
+        await asyncio.wait_for(reporter.done.wait(), 30)
+        assert reporter.results[1]["result"] is not None
+        await runner.close()
+
+
+async def test_a_stopped_handler_process_that_ignores_cancellation_is_killed(
+    tmp_path: Path,
+) -> None:
+    with CheckpointStore(tmp_path / "s", durability="group") as store:
+        runner, reporter = _runner(tmp_path, _process_app(), store)
+        runner.start(_assign("zombie", "spin"))
+        pid = await _checkpointed_pid(store, "zombie")
+        await runner.stop("zombie", 1, flush=False)  # as at a fence or a revoke
+        assert not _pid_alive(pid), "the handler process outlived its stop"
+        assert not reporter.results
+        await runner.close()

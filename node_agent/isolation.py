@@ -1,0 +1,314 @@
+"""Process isolation: a sync handler runs in a worker process, as Celery's prefork does.
+
+Theory of operation: a ``WorkerPool`` holds up to ``size`` (the node's slots)
+worker processes, started with the ``spawn`` method (a fork of the agent,
+with its gRPC and event-loop threads, would not be safe). A task run takes a
+worker, sends it the handler (pickled by reference: a module-level function)
+and the assignment's fields, and serves the worker's context calls from a
+relay thread in the agent:
+
+    worker                              agent (relay thread)
+    ctx.checkpoint(state) ──("checkpoint", state, reason)──▶ runner's short path
+                          ◀──("ok", seq) | ("err", kind, text)──
+    return value          ──("return", value)──▶ result committed, reported
+
+The channel is a ``multiprocessing.Pipe`` (a local socket pair). Ownership
+is checked in the worker itself, with no round trip: each worker shares a
+small array with the agent — the fence deadline (monotonic seconds; the
+clock is system-wide), whether the agent is fencing, and whether this run
+was stopped — which the agent rewrites after every step of its core. A
+worker's ``ctx.ensure_owner()`` and every context call compare it with
+``time.monotonic()`` before and after the call.
+
+A worker that dies (SIGKILL, OOM kill, a crash in C code) ends its relay
+with ``WorkerDied``: the runner fails that task (retryable) with a readable
+error; the agent and the other tasks go on, and the pool starts a new worker
+for the next task. At revoke, fence or shutdown the runner stops the run and,
+if the handler has not returned within the stop grace, SIGKILLs its worker:
+a zombie handler cannot go on past the fence.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import multiprocessing
+import multiprocessing.connection
+import os
+import signal
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+from node_agent.sdk import (
+    FencingToken,
+    OwnershipLapsed,
+    Restored,
+    TaskCancelled,
+    TaskFailure,
+)
+
+__all__ = ["ProcessTaskContext", "Worker", "WorkerDied", "WorkerPool"]
+
+_DEADLINE, _FENCED, _STOPPED = 0, 1, 2
+
+
+class WorkerDied(Exception):
+    """The worker process running a task's handler exited (killed, OOM, crashed)."""
+
+
+class Worker:
+    """One worker process and the agent's end of its channel."""
+
+    def __init__(self, mp: Any) -> None:
+        self.conn, child = mp.Pipe(duplex=True)
+        self.shared = mp.Array("d", 3, lock=False)
+        self.shared[_DEADLINE] = math.nan
+        self.process: multiprocessing.process.BaseProcess = mp.Process(
+            target=_worker_main, args=(child, self.shared), name="lazarus-worker", daemon=True
+        )
+        self.process.start()
+        child.close()
+
+    @property
+    def pid(self) -> int | None:
+        """The process id."""
+        return self.process.pid
+
+    def alive(self) -> bool:
+        """True while the process runs."""
+        return self.process.is_alive()
+
+    def kill(self) -> None:
+        """SIGKILL the process and reap it (bounded)."""
+        pid = self.process.pid
+        if pid is not None and self.process.is_alive():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        self.process.join(timeout=5)
+        with contextlib.suppress(OSError):
+            self.conn.close()
+
+    def death(self) -> str:
+        """How the process ended, in words (for the task's error)."""
+        self.process.join(timeout=1)
+        code = self.process.exitcode
+        if code is None:
+            return "its channel closed"
+        if code < 0:
+            try:
+                name = signal.Signals(-code).name
+            except ValueError:
+                name = f"signal {-code}"
+            return f"killed by {name}"
+        return f"exited with status {code}"
+
+
+class WorkerPool:
+    """Up to ``size`` idle worker processes; ``acquire`` starts one when none is idle.
+
+    Args:
+        size: most idle workers kept (the node's slots).
+    """
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._mp = multiprocessing.get_context("spawn")
+        self._idle: list[Worker] = []
+        self._busy: set[Worker] = set()
+        self._lock = threading.Lock()
+        self._deadline = math.nan
+        self._fenced = 0.0
+        self._closed = False
+
+    def prestart(self, count: int) -> None:
+        """Start ``count`` idle workers now (blocking; call from a thread)."""
+        for _ in range(count):
+            worker = Worker(self._mp)
+            self._publish_to(worker)
+            with self._lock:
+                if self._closed or len(self._idle) >= self.size:
+                    worker.kill()
+                    return
+                self._idle.append(worker)
+
+    def acquire(self) -> Worker:
+        """An idle live worker, or a new one (blocking: a start takes ~0.2 s)."""
+        with self._lock:
+            if self._closed:
+                raise WorkerDied("the worker pool is closed")
+            while self._idle:
+                worker = self._idle.pop()
+                if worker.alive():
+                    self._busy.add(worker)
+                    worker.shared[_STOPPED] = 0.0
+                    return worker
+                worker.kill()
+        worker = Worker(self._mp)
+        self._publish_to(worker)
+        with self._lock:
+            self._busy.add(worker)
+        return worker
+
+    def release(self, worker: Worker) -> None:
+        """Give a worker back after its handler ended (killed ones are dropped)."""
+        with self._lock:
+            self._busy.discard(worker)
+            if not self._closed and worker.alive() and len(self._idle) < self.size:
+                self._idle.append(worker)
+                return
+        worker.kill()
+
+    def discard(self, worker: Worker) -> None:
+        """SIGKILL a worker (its run was stopped and did not return in time)."""
+        with self._lock:
+            self._busy.discard(worker)
+        worker.kill()
+
+    def publish(self, deadline_s: float | None, fenced: bool) -> None:
+        """Share the agent's fence with every worker (called after each core step)."""
+        self._deadline = math.nan if deadline_s is None else deadline_s
+        self._fenced = 1.0 if fenced else 0.0
+        with self._lock:
+            workers = [*self._idle, *self._busy]
+        for worker in workers:
+            self._publish_to(worker)
+
+    def _publish_to(self, worker: Worker) -> None:
+        worker.shared[_DEADLINE] = self._deadline
+        worker.shared[_FENCED] = self._fenced
+
+    def close(self) -> None:
+        """Kill every worker."""
+        with self._lock:
+            self._closed = True
+            workers = [*self._idle, *self._busy]
+            self._idle.clear()
+            self._busy.clear()
+        for worker in workers:
+            worker.kill()
+
+
+def stop_run(worker: Worker) -> None:
+    """Mark the worker's run stopped: its next context call or ownership check raises."""
+    worker.shared[_STOPPED] = 1.0
+
+
+# ----------------------------------------------------------------- the worker
+
+
+class ProcessTaskContext:
+    """The ``SyncTaskContext`` of a handler running in a worker process.
+
+    Same attributes and blocking methods; ``checkpoint`` / ``record`` go over
+    the local channel to the agent, which commits them by its short path.
+    ``shared`` and ``crdt_state`` are not available in a worker process.
+    """
+
+    def __init__(self, fields: dict[str, Any], conn: Any, shared: Any) -> None:
+        self.task_id: str = fields["task_id"]
+        self.kind: str = fields["kind"]
+        self.epoch: int = fields["epoch"]
+        self.attempt: int = fields["attempt"]
+        self.payload: Any = fields["payload"]
+        self.restored: Restored | None = fields["restored"]
+        self.node_id: str = fields["node_id"]
+        self._incarnation: str = fields["incarnation"]
+        self._conn = conn
+        self._shared = shared
+
+    def _owner(self, *, new_effect: bool = True) -> None:
+        deadline = self._shared[_DEADLINE]
+        if math.isnan(deadline) or time.monotonic() >= deadline:
+            raise OwnershipLapsed(
+                f"task {self.task_id!r} at epoch {self.epoch}: this agent's ownership lapsed "
+                "(fence deadline passed)"
+            )
+        if self._shared[_STOPPED] or (new_effect and self._shared[_FENCED]):
+            raise TaskCancelled(f"task {self.task_id!r} at epoch {self.epoch} no longer runs here")
+
+    def _call(self, *msg: Any) -> Any:
+        self._owner()
+        self._conn.send(msg)
+        reply = self._conn.recv()
+        if reply[0] == "ok":
+            self._owner(new_effect=False)
+            return reply[1]
+        _, kind, text = reply
+        raise _ERRORS.get(kind, RuntimeError)(text)
+
+    def checkpoint(self, state: Any, *, reason: str = "") -> int:
+        """As ``TaskContext.checkpoint``, blocking."""
+        return int(self._call("checkpoint", state, reason))
+
+    def record(self, event: Any) -> int:
+        """As ``TaskContext.record``, blocking."""
+        return int(self._call("record", event))
+
+    def progress(self, ratio: float, message: str = "") -> None:
+        """As ``TaskContext.progress``."""
+        self._conn.send(("progress", ratio, message))
+
+    @property
+    def cancelled(self) -> bool:
+        """As ``TaskContext.cancelled``."""
+        try:
+            self._owner()
+        except TaskCancelled:
+            return True
+        return False
+
+    def raise_if_cancelled(self) -> None:
+        """As ``TaskContext.raise_if_cancelled``."""
+        self._owner()
+
+    def ensure_owner(self) -> None:
+        """As ``TaskContext.ensure_owner``: checked in this process, no round trip."""
+        self._owner()
+
+    @property
+    def fencing_token(self) -> FencingToken:
+        """As ``TaskContext.fencing_token``."""
+        return FencingToken(self.task_id, self.epoch, self._incarnation)
+
+    def shared(self, name: str, *, kind: str) -> Any:
+        """Not available with ``isolation="process"``."""
+        raise NotImplementedError("ctx.shared is not available with isolation='process'")
+
+    def crdt_state(self, kind: str, *, sync_timeout_s: float = 2.0) -> Any:
+        """Not available with ``isolation="process"``."""
+        raise NotImplementedError("ctx.crdt_state is not available with isolation='process'")
+
+
+_ERRORS: dict[str, type[BaseException]] = {
+    "OwnershipLapsed": OwnershipLapsed,
+    "TaskCancelled": TaskCancelled,
+    "ValueError": ValueError,
+    "TypeError": TypeError,
+}
+
+
+def _worker_main(conn: Any, shared: Any) -> None:  # pragma: no cover - runs in the worker
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the agent decides when a worker ends
+    while True:
+        try:
+            msg = conn.recv()
+        except (EOFError, OSError):
+            return
+        if msg[0] != "run":
+            continue
+        fn: Callable[[Any], Any] = msg[1]
+        ctx = ProcessTaskContext(msg[2], conn, shared)
+        try:
+            value = fn(ctx)
+        except BaseException as exc:  # reported to the agent, which decides
+            retryable = exc.retryable if isinstance(exc, TaskFailure) else True
+            text = "".join(traceback.format_exception(exc))[-4000:]
+            conn.send(("raise", type(exc).__name__, str(exc), retryable, text))
+            continue
+        try:
+            conn.send(("return", value))
+        except Exception as exc:  # not picklable: let the agent say so
+            conn.send(("raise", "TypeError", f"result is not picklable: {exc}", False, ""))

@@ -70,3 +70,15 @@ def io_steps(ctx: Any) -> dict[str, Any]:
 def cpu_steps(ctx: Any) -> dict[str, Any]:
     """CPU-bound steps (hashing, measured in thread CPU time)."""
     return _run(ctx, cpu=True)
+
+
+@agent.task("tp-io-process", isolation="process")
+def io_steps_process(ctx: Any) -> dict[str, Any]:
+    """I/O-bound steps in a worker process."""
+    return _run(ctx, cpu=False)
+
+
+@agent.task("tp-cpu-process", isolation="process")
+def cpu_steps_process(ctx: Any) -> dict[str, Any]:
+    """CPU-bound steps in a worker process."""
+    return _run(ctx, cpu=True)

@@ -20,12 +20,13 @@ duration. Reported:
 - ``job_s`` and ``ideal_job_s``: first submit to last completion, with and
   without checkpoints; ``job_ratio`` = their quotient.
 
-Isolation: ``thread`` (the only one built so far; process isolation is item 1
-of the issue). Results: ``bench/results/taskpath.json`` and the "taskpath"
-section of ``bench/README.md``. Processes are stopped by pid at the end.
+Isolation: ``thread`` (a thread of the agent) and ``process`` (a worker process
+per slot, ``@agent.task(..., isolation="process")``). Results:
+``bench/results/taskpath.json`` and the "taskpath" section of ``bench/README.md``. Processes are stopped by pid at the end.
 
 Run: ``.venv/bin/python bench/taskpath_bench.py [--tasks 40] [--steps 20]
-[--step-s 0.1] [--kinds io,cpu] [--durability local,replicated]``.
+[--step-s 0.1] [--kinds io,cpu] [--isolations thread,process]
+[--durability local,replicated]``.
 """
 
 from __future__ import annotations
@@ -86,7 +87,12 @@ def _hops(urls: list[str]) -> dict[str, tuple[float, float]]:
 
 
 async def _job(
-    cluster: LocalCluster, kind: str, durability: str, args: argparse.Namespace, checkpoint: bool
+    cluster: LocalCluster,
+    kind: str,
+    durability: str,
+    args: argparse.Namespace,
+    checkpoint: bool,
+    isolation: str = "thread",
 ) -> dict[str, Any]:
     out = Path(tempfile.mkstemp(prefix="taskpath-", suffix=".jsonl", dir=cluster.run_dir)[1])
     hops0 = _hops(cluster.agent_metrics)
@@ -101,7 +107,7 @@ async def _job(
     for i in range(args.tasks):
         rec = await cluster.submit(
             f"{kind}-{durability}-{checkpoint}-{i}-{uuid.uuid4().hex[:6]}",
-            f"tp-{kind}",
+            f"tp-{kind}" + ("-process" if isolation == "process" else ""),
             json.dumps(payload).encode(),
             durability=DURABILITY[durability],
         )
@@ -148,11 +154,12 @@ async def _main(args: argparse.Namespace) -> dict[str, Any]:
         try:
             cluster.start()
             await cluster.ready(60)
-            for kind in args.kinds.split(","):
-                ideal = await _job(cluster, kind, "local", args, checkpoint=False)
+            combos = [(k, i) for k in args.kinds.split(",") for i in args.isolations.split(",")]
+            for kind, isolation in combos:
+                ideal = await _job(cluster, kind, "local", args, False, isolation)
                 ideal_task = statistics.median(x["task_s"] for x in ideal["lines"])
                 for durability in args.durability.split(","):
-                    run = await _job(cluster, kind, durability, args, checkpoint=True)
+                    run = await _job(cluster, kind, durability, args, True, isolation)
                     lines = run["lines"]
                     over = [(x["task_s"] - x["work_s"]) / x["steps"] * 1000 for x in lines]
                     calls = [c * 1000 for x in lines for c in x["ckpt_s"]]
@@ -160,7 +167,7 @@ async def _main(args: argparse.Namespace) -> dict[str, Any]:
                     row = {
                         "kind": kind,
                         "durability": durability,
-                        "isolation": "thread",
+                        "isolation": isolation,
                         "tasks": args.tasks,
                         "steps": args.steps,
                         "step_s": args.step_s,
@@ -227,6 +234,7 @@ def main() -> None:
     parser.add_argument("--agents", type=int, default=2)
     parser.add_argument("--slots", type=int, default=2)
     parser.add_argument("--kinds", default="io,cpu")
+    parser.add_argument("--isolations", default="thread,process")
     parser.add_argument("--durability", default="local,replicated")
     parser.add_argument("--out", type=Path, default=RESULTS_DIR / "taskpath.json")
     args = parser.parse_args()

@@ -22,7 +22,8 @@ duration. Reported:
 
 Isolation: ``thread`` (a thread of the agent) and ``process`` (a worker process
 per slot, ``@agent.task(..., isolation="process")``). Results:
-``bench/results/taskpath.json`` and the "taskpath" section of ``bench/README.md``. Processes are stopped by pid at the end.
+``bench/results/taskpath.json`` and the "taskpath" section of ``bench/README.md``.
+Processes are stopped by pid at the end.
 
 Run: ``.venv/bin/python bench/taskpath_bench.py [--tasks 40] [--steps 20]
 [--step-s 0.1] [--kinds io,cpu] [--isolations thread,process]

@@ -75,3 +75,21 @@ def _spin(seconds: float) -> None:
     while time.perf_counter() < end:
         for _ in range(50):
             digest = hashlib.sha256(digest).digest()
+
+
+@agent.task("proc-steps", isolation="process")
+def proc_steps(ctx: Any) -> dict[str, Any]:
+    """Checkpointed steps in a worker process; logs its pid; runs until ``payload["steps"]``.
+
+    With ``payload["ignore_cancel"]`` it goes on stepping (without context calls)
+    after it is told to stop, as a handler stuck in C code would.
+    """
+    start = ctx.restored.state["i"] if ctx.restored and ctx.restored.state else 0
+    for i in range(start, ctx.payload["steps"]):
+        if not ctx.payload.get("ignore_cancel"):
+            ctx.ensure_owner()
+        _effect(ctx, "step", i=i)
+        if not ctx.payload.get("ignore_cancel") or i == start:
+            ctx.checkpoint({"i": i + 1})
+        time.sleep(0.05)
+    return {"steps": ctx.payload["steps"], "pid": os.getpid()}

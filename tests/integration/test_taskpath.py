@@ -11,6 +11,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
+import signal
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -205,3 +207,78 @@ async def test_a_resumed_agent_takes_no_step_past_its_fence(
     assert not late, f"epoch-1 steps after the pause ({resumed_at - stopped_at:.1f} s): {late[:3]}"
     first_new = min(e["t"] for e in steps if e["epoch"] > 1)
     assert all(e["t"] < first_new for e in steps if e["epoch"] == 1)
+
+
+async def test_process_isolation_sigkill_of_one_worker_and_no_handler_past_the_fence(
+    make_cluster: MakeCluster, tmp_path: Path
+) -> None:
+    """Two tasks in worker processes. SIGKILL of one worker: that task fails with a
+    readable error and is retried; the other task and the agent go on. Then the
+    leader pauses: the agent fences and kills a handler process that ignores
+    cancellation before the fence deadline."""
+    effects = tmp_path / "effects.jsonl"
+    cluster = make_cluster(coordinators=1, agents=1, agent_args=[*APP, "--slots", "2"], env=ENV)
+    await cluster.ready(30)
+    victim = await cluster.submit(
+        "victim", "proc-steps", json.dumps({"effects": str(effects), "steps": 60}).encode()
+    )
+    stubborn = await cluster.submit(
+        "stubborn",
+        "proc-steps",
+        json.dumps({"effects": str(effects), "steps": 100000, "ignore_cancel": True}).encode(),
+    )
+
+    def pids(task_id: str) -> list[int]:
+        return [e["pid"] for e in _effects(effects) if e["task"] == task_id]
+
+    await _until(
+        "both handlers stepped",
+        lambda: bool(pids(victim.task_id)) and bool(pids(stubborn.task_id)),
+        30,
+    )
+    agent = cluster.agents[0]
+    victim_pid, stubborn_pid = pids(victim.task_id)[0], pids(stubborn.task_id)[0]
+    assert agent.pid not in (victim_pid, stubborn_pid)
+    assert victim_pid != stubborn_pid
+    killed_at = time.time()
+    os.kill(victim_pid, signal.SIGKILL)
+    task = await _wait_done(cluster, victim.task_id, 40)
+    assert task.state == records_pb2.TASK_STATE_COMPLETED, task.last_error.message
+    assert task.attempt >= 2, "the killed attempt failed and was retried"
+    assert agent.alive
+    log = agent.log_path.read_text(errors="replace")
+    assert f"(pid {victim_pid})" in log
+    assert "killed by SIGKILL" in log
+    await _until(
+        "the other task goes on",
+        lambda: any(
+            e["t"] > killed_at + 0.5 for e in _effects(effects) if e["task"] == stubborn.task_id
+        ),
+        10,
+    )
+    # The stubborn handler ignores cancellation: the fence must kill its process.
+    leader = cluster.coordinators[0]
+    leader.pause()
+    try:
+        await _until("the agent self-fenced", lambda: _fenced(agent), 6)
+        fenced_at = time.time()
+        await asyncio.sleep(0.8)  # past the fence deadline (0.5 s after the fence began)
+        assert not _alive(stubborn_pid), "the handler process outlived the fence"
+        late = [
+            e
+            for e in _effects(effects)
+            if e["task"] == stubborn.task_id
+            and e["pid"] == stubborn_pid
+            and e["t"] > fenced_at + 0.5
+        ]
+        assert not late, late[:3]
+    finally:
+        leader.resume()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True

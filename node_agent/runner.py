@@ -284,7 +284,9 @@ class TaskRunner:
         self._runs: dict[str, _Run] = {}
         self._restoring = asyncio.Semaphore(RESTORE_CONCURRENCY)
         self._claims = ClaimBatcher(replica, max_batch=RESTORE_CONCURRENCY)
-        self._pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="lazarus-task")
+        self._pool = ThreadPoolExecutor(
+            max_workers=max(16, 2 * slots), thread_name_prefix="lazarus-task"
+        )
         self._loop: asyncio.AbstractEventLoop | None = None
         self._ownership = Ownership()
 

@@ -480,6 +480,9 @@ async def _textstats(
         ctx.raise_if_cancelled()
         index = state["next"]
         if effects is not None:
+            # The owner check right before the side effect, in this thread: after
+            # a pause the handler may run before the agent has fenced itself.
+            ctx.ensure_owner()
             effects.log(ctx, "step", index)
             await effects.shared_op(ctx, index)
         await _simulate_work(job.work_ms)
@@ -496,6 +499,7 @@ async def _textstats(
             f"{job.text} line {state['next']}/{job.end_line}",
         )
     if effects is not None:
+        ctx.ensure_owner()
         effects.log(ctx, "done", state["next"])
     return _summary(
         job,

@@ -245,9 +245,9 @@ def _served_serial(address: str, tls: ClientTls) -> int:
     context = ssl.create_default_context(cafile=tls.ca_file)
     context.load_cert_chain(tls.cert_file, tls.key_file)
     context.set_alpn_protocols(["h2"])
-    with socket.create_connection((host, int(port)), timeout=5) as raw:
-        with context.wrap_socket(raw, server_hostname=host) as conn:
-            der = conn.getpeercert(binary_form=True)
+    raw = socket.create_connection((host, int(port)), timeout=5)
+    with context.wrap_socket(raw, server_hostname=host) as conn:
+        der = conn.getpeercert(binary_form=True)
     assert der is not None
     return int(x509.load_der_x509_certificate(der).serial_number)
 

@@ -383,6 +383,18 @@ def _stamp(paths: Sequence[str]) -> tuple[tuple[int, int, int], ...]:
     return tuple(out)
 
 
+def _check_pair(cert_pem: bytes, key_pem: bytes) -> None:
+    """Raise CertificateError unless ``key_pem`` is the private key of ``cert_pem``'s first cert."""
+    try:
+        cert = x509.load_pem_x509_certificate(cert_pem)
+        key = serialization.load_pem_private_key(key_pem, password=None)
+    except (ValueError, TypeError) as exc:
+        raise CertificateError(f"the certificate or key does not parse: {exc}") from exc
+    spki = serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+    if key.public_key().public_bytes(*spki) != cert.public_key().public_bytes(*spki):
+        raise CertificateError("the key file does not hold the certificate's private key")
+
+
 @dataclass(slots=True)
 class ServerTls:
     """A TLS server's certificate files, reloaded when they change on disk.
@@ -410,6 +422,7 @@ class ServerTls:
         cert, key, ca = (_read(p) for p in self._files())
         if cert is None or key is None:
             raise CertificateError("a TLS server needs a certificate file and a key file")
+        _check_pair(cert, key)
         return grpc.ssl_server_certificate_configuration([(key, cert)], root_certificates=ca)
 
     def credentials(self) -> grpc.ServerCredentials:

@@ -348,9 +348,11 @@ def dev(
     console.print(f"  etcd          {','.join(cluster.etcd_endpoints)}")
     console.print(f"  redis         {cluster.redis_url}")
     console.print(f"  metrics       {' '.join(cluster.coordinator_metrics)}")
-    env = " ".join(f"{k}={v}" for k, v in cluster.client_env().items() if v)
+    env_file = root / "tls" / "admin.env"  # the admin client's LAZARUS_TLS_* variables
+    env_file.write_text("".join(f"export {k}={v}\n" for k, v in cluster.client_env().items()))
     console.print(f"  security      mTLS on; CA and certificates in {root / 'tls'}")
-    console.print(f"  try:          LAZARUS_COORDINATORS={addresses} {env} lazarus status")
+    console.print(f"  as admin:     . {env_file}")
+    console.print(f"  try:          LAZARUS_COORDINATORS={addresses} lazarus status")
 
     def status_table() -> Table:
         table = Table(title=f"cluster at {time.strftime('%H:%M:%S')} (Ctrl-C stops it)")

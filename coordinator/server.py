@@ -93,6 +93,8 @@ class ServerSettings:
         token_listen: a second host:port, TLS without client certificates,
             for bearer-token clients ("" = none).
         reflection: serve gRPC server reflection (off: grpcurl needs the protos).
+        health_listen: a plaintext host:port serving only ``grpc.health.v1``,
+            for probes that cannot speak TLS (Kubernetes' gRPC probe); "" = none.
 
     Raises:
         ValueError: only one of username / password, or of cert / key file, given.
@@ -124,6 +126,7 @@ class ServerSettings:
     auth_token_file: str = ""
     token_listen: str = ""
     reflection: bool = True
+    health_listen: str = ""
 
     def __post_init__(self) -> None:
         if self.auth not in ("mtls", "none"):
@@ -182,6 +185,7 @@ class CoordinatorServer:
         self._health: health_aio.HealthServicer | None = None
         self.address = ""
         self.server_tls: ServerTls | None = None
+        self._probe_server: grpc.aio.Server | None = None
 
     async def start(self) -> None:
         """Connect, bind, serve, campaign.
@@ -247,6 +251,13 @@ class CoordinatorServer:
             member_tls=self.member_tls(),
         )
         self._health = await add_health_and_reflection(server, reflection=s.reflection)
+        if s.health_listen:  # probes: health only, plaintext, nothing else on this port
+            probe_server = grpc.aio.server()
+            health_pb2_grpc.add_HealthServicer_to_server(self._health, probe_server)
+            if probe_server.add_insecure_port(s.health_listen) == 0:
+                raise RuntimeError(f"cannot bind {s.health_listen}")
+            await probe_server.start()
+            self._probe_server = probe_server
         await server.start()
         self._server = server
         self._members = MemberRegistry(
@@ -341,6 +352,9 @@ class CoordinatorServer:
         if self._server is not None:
             await self._server.stop(self.settings.shutdown_grace_s)
             self._server = None
+        if self._probe_server is not None:
+            await self._probe_server.stop(0)
+            self._probe_server = None
         if self._api is not None:
             await self._api.close()
             self._api = None

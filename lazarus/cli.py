@@ -612,6 +612,13 @@ def coordinator(
     reflection: Annotated[
         bool, typer.Option(envvar="LAZARUS_REFLECTION", help="Serve gRPC server reflection.")
     ] = True,
+    health_listen: Annotated[
+        str,
+        typer.Option(
+            envvar="LAZARUS_HEALTH_LISTEN",
+            help="Plaintext host:port serving only grpc.health.v1 (probes without TLS).",
+        ),
+    ] = "",
     log_level: Annotated[
         str, typer.Option(envvar="LAZARUS_LOG_LEVEL", help="DEBUG, INFO, WARNING, ERROR.")
     ] = "INFO",
@@ -698,6 +705,7 @@ def coordinator(
             auth_token_file=auth_token_file,
             token_listen=token_listen,
             reflection=reflection,
+            health_listen=health_listen,
         )
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from exc

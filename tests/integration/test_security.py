@@ -49,7 +49,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     tokens = run_dir / "tokens"
     digest = hashlib.sha256(VIEWER_TOKEN.encode()).hexdigest()
     tokens.write_text(f"# test tokens\nsha256:{digest} dashboard viewer\n")
-    (token_port,) = free_loopback_ports(1)
+    token_port, health_port = free_loopback_ports(2)
     cluster = LocalCluster(
         run_dir,
         coordinators=1,
@@ -61,8 +61,11 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
             str(tokens),
             "--token-listen",
             f"127.0.0.1:{token_port}",
+            "--health-listen",
+            f"127.0.0.1:{health_port}",
         ],
     )
+    cluster.health_address = f"127.0.0.1:{health_port}"  # type: ignore[attr-defined]
     cluster.token_address = f"127.0.0.1:{token_port}"  # type: ignore[attr-defined]
     try:
         cluster.start()
@@ -283,3 +286,18 @@ async def test_rotating_the_server_certificate_needs_no_restart(cluster: LocalCl
     assert _session_opens(cluster) == opens
     log = cluster.coordinators[0].log_path.read_text(errors="replace")
     assert "TLS certificate reloaded" in log
+
+
+def test_the_probe_port_serves_health_in_plaintext_and_nothing_else(cluster: LocalCluster) -> None:
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    address = cluster.health_address  # type: ignore[attr-defined]
+    with grpc.insecure_channel(address, options=[("grpc.enable_http_proxy", 0)]) as channel:
+        reply = health_pb2_grpc.HealthStub(channel).Check(
+            health_pb2.HealthCheckRequest(service=""), timeout=5
+        )
+        assert reply.status == health_pb2.HealthCheckResponse.SERVING
+        stub = coordinator_pb2_grpc.CoordinatorServiceStub(channel)  # type: ignore[no-untyped-call]
+        with pytest.raises(grpc.RpcError) as refused:
+            stub.GetClusterStatus(STATUS, timeout=5)
+        assert refused.value.code() is grpc.StatusCode.UNIMPLEMENTED

@@ -41,6 +41,8 @@ __all__ = ["AuthInterceptor", "TokenFile", "warn_auth_none"]
 
 _log = logging.getLogger("lazarus.coordinator.auth")
 
+SESSION_METHOD = "/lazarus.v1.AgentService/Session"
+
 HELLO_WAIT_S = 30.0
 """How long a Session may take to send its first message (the Hello)."""
 
@@ -178,13 +180,20 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         if handler is None:
             return handler
         method = handler_call_details.method
-        if handler.request_streaming and handler.response_streaming:
+        if authorize(None, method, cluster=self.cluster, reflection=self.reflection).allowed:
+            return handler  # open to anyone (health, reflection): nothing to check
+        if method == SESSION_METHOD:
             return handler._replace(stream_stream=self._session(method, handler.stream_stream))
-        if handler.request_streaming:
-            return handler._replace(stream_unary=self._guard(method, handler.stream_unary))
-        if handler.response_streaming:
-            return handler._replace(unary_stream=self._guard_stream(method, handler.unary_stream))
-        return handler._replace(unary_unary=self._guard(method, handler.unary_unary))
+        kind = {
+            (False, False): "unary_unary",
+            (False, True): "unary_stream",
+            (True, False): "stream_unary",
+            (True, True): "stream_stream",
+        }[(handler.request_streaming, handler.response_streaming)]
+        behavior = getattr(handler, kind)
+        if inspect.isasyncgenfunction(behavior):
+            return handler._replace(**{kind: self._guard_stream(method, behavior)})
+        return handler._replace(**{kind: self._guard(method, behavior)})
 
     async def _check(self, method: str, context: Any) -> tuple[Identity | None, Decision]:
         identity = peer_identity(context, self.tokens)
@@ -210,25 +219,25 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         await context.abort(code, decision.reason)
 
     def _guard(self, method: str, behavior: Callable[..., Any]) -> Callable[..., Any]:
+        """Wrap a servicer coroutine (unary answers are redacted here when the policy says)."""
+
         async def guarded(request: Any, context: Any) -> Any:
             _, decision = await self._check(method, context)
             response = behavior(request, context)
             if inspect.isawaitable(response):
                 response = await response
             if decision.verdict is Verdict.ALLOW_REDACTED and response is not None:
-                response = _redact(response)
+                response = _redact(response)  # unary answers only (GetTask, ListTasks)
             return response
 
         return guarded
 
     def _guard_stream(self, method: str, behavior: Callable[..., Any]) -> Callable[..., Any]:
+        """Wrap a servicer that is an async generator (its responses pass through here)."""
+
         async def guarded(request: Any, context: Any) -> AsyncIterator[Any]:
             _, decision = await self._check(method, context)
-            result = behavior(request, context)
-            if inspect.isawaitable(result):  # a servicer writing with context.write
-                await result
-                return
-            async for response in result:
+            async for response in behavior(request, context):
                 if decision.verdict is Verdict.ALLOW_REDACTED:
                     response = _redact(response)
                 yield response

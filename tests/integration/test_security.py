@@ -23,6 +23,7 @@ import hashlib
 import json
 import socket
 import ssl
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -184,6 +185,25 @@ async def test_node_certificate_cannot_open_a_session_as_another_node(
     log = cluster.coordinators[0].log_path.read_text(errors="replace")
     assert "security event: PERMISSION_DENIED" in log
     assert "as node 'agent-0'" in log
+
+
+async def test_a_real_agent_with_another_nodes_certificate_never_joins(
+    cluster: LocalCluster,
+) -> None:
+    agent_1 = _tls(cluster, IdentityKind.NODE, "agent-1")
+    impostor = cluster.add_agent(  # the later flags win: node id w0, agent-1's certificate
+        "--node-id", "w0", "--tls-cert-file", agent_1.cert_file, "--tls-key-file", agent_1.key_file
+    )
+    try:
+        deadline = time.monotonic() + WAIT_S
+        while "PERMISSION_DENIED" not in impostor.log_tail(50):
+            assert time.monotonic() < deadline, impostor.log_tail(20)
+            await asyncio.sleep(0.2)
+        nodes = {n.node_id for n in await cluster.list_nodes()}
+        assert "w0" not in nodes
+        assert "session open with" not in impostor.log_tail(200)
+    finally:
+        impostor.terminate(10)
 
 
 async def test_viewer_reads_without_payloads_and_cannot_act_operator_can(

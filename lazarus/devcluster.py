@@ -453,6 +453,11 @@ class LocalCluster(ClusterApi):
         """
         index = len(self.agents)
         (metrics_port,) = free_loopback_ports(1)
+        args = [*self.agent_args, *extra]  # a later --node-id wins: its certificate too
+        node_id = next(
+            (args[i + 1] for i in range(len(args) - 2, -1, -1) if args[i] == "--node-id"),
+            f"agent-{index}",
+        )
         child = ChildProcess(
             f"agent-{index}",
             [
@@ -469,7 +474,7 @@ class LocalCluster(ClusterApi):
                 self.redis_url.replace("127.0.0.1", redis_host) if redis_host else self.redis_url,
                 "--metrics-listen",
                 f"127.0.0.1:{metrics_port}",
-                *(self.certs.node_args(f"agent-{index}") if self.certs is not None else []),
+                *(self.certs.node_args(node_id) if self.certs is not None else []),
                 *self.agent_args,
                 *extra,
             ],

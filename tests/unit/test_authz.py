@@ -156,3 +156,27 @@ def test_client_tls_from_env_round_trips() -> None:
     assert not ClientTls.from_env({}).enabled
     with pytest.raises(ValueError, match="both"):
         ClientTls("ca.crt", "me.crt")
+
+
+def test_certs_cli_init_issue_show_token(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from lazarus.cli import app
+
+    runner = CliRunner()
+    certs = ["--dir", str(tmp_path), "--cluster", C]
+    assert runner.invoke(app, ["certs", "init", *certs]).exit_code == 0
+    again = runner.invoke(app, ["certs", "init", *certs])
+    assert again.exit_code == 1
+    assert "exists" in again.output
+    no_role = runner.invoke(app, ["certs", "issue", "client", "ci", *certs])
+    assert no_role.exit_code == 2
+    issued = runner.invoke(app, ["certs", "issue", "client", "ci", "--role", "operator", *certs])
+    assert issued.exit_code == 0, issued.output
+    shown = runner.invoke(app, ["certs", "show", str(tmp_path / "client-ci.crt"), "--json"])
+    assert shown.exit_code == 0, shown.output
+    assert '"role": "operator"' in shown.output
+    assert "with payload bytes" in shown.output
+    token = runner.invoke(app, ["certs", "token", "dash", "--role", "viewer"])
+    assert token.exit_code == 0
+    assert " dash viewer" in token.output

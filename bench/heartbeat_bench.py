@@ -909,8 +909,8 @@ is paid once per connection; what remains per heartbeat is record encryption
 (AES-GCM) of two small frames and nothing of the interceptor (it runs once per
 Session, not per message).
 
-Measured {today()} at commit {commit or "?"}; `.venv/bin/python bench/heartbeat_bench.py --compare-tls
-{counts} --step-s {config.get("step_s", "?")}`;
+Measured {today()} at commit {commit or "?"};
+`.venv/bin/python bench/heartbeat_bench.py --compare-tls {counts} --step-s {config.get("step_s", "?")}`;
 raw figures in `bench/results/heartbeat-tls.json`. The machine is shared by
 other workers (2 cores): the figures are noisy.{concurrent}
 

@@ -872,6 +872,7 @@ def tls_readme(
                 f"| {'ok' if r['ok'] else 'FAIL: ' + r['failure']} |"
             )
     counts = ",".join(str(r["nodes"]) for r in modes.get("plaintext", []))
+    step_s = config.get("step_s", "?")
     deltas = [
         (r["leader_cpu_us_per_heartbeat"] - plain[r["nodes"]]["leader_cpu_us_per_heartbeat"])
         / plain[r["nodes"]]["leader_cpu_us_per_heartbeat"]
@@ -910,7 +911,7 @@ is paid once per connection; what remains per heartbeat is record encryption
 Session, not per message).
 
 Measured {today()} at commit {commit or "?"};
-`.venv/bin/python bench/heartbeat_bench.py --compare-tls {counts} --step-s {config.get("step_s", "?")}`;
+`.venv/bin/python bench/heartbeat_bench.py --compare-tls {counts} --step-s {step_s}`;
 raw figures in `bench/results/heartbeat-tls.json`. The machine is shared by
 other workers (2 cores): the figures are noisy.{concurrent}
 

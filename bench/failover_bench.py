@@ -120,6 +120,8 @@ class Fleet:
                     str(self.ttl_s),
                     "--metrics-listen",
                     metrics,
+                    "--auth",  # plaintext: leader failover does not depend on TLS
+                    "none",
                 ],
                 stdin=subprocess.DEVNULL,
                 stdout=log,

@@ -32,7 +32,16 @@ stream lost). Results: ``bench/results/heartbeat.json`` and the "heartbeat"
 section of ``bench/README.md``. Every process started here is stopped by pid at
 the end.
 
-Run: ``.venv/bin/python bench/heartbeat_bench.py [--max-nodes N] [--step-s S] [--quick]``.
+With ``--tls`` the coordinator runs with mutual TLS and the authorization
+policy (its default) and every simulated node holds its own node
+certificate; without it, ``--auth none``. ``--compare-tls`` holds the same
+fixed steps once in each mode, on fresh coordinators, and records the cost of
+TLS per heartbeat (leader CPU per acked heartbeat, ack latency) beside the
+plaintext figure: ``bench/results/heartbeat-tls.json`` and the "heartbeat-tls"
+section of ``bench/README.md``.
+
+Run: ``.venv/bin/python bench/heartbeat_bench.py [--max-nodes N] [--step-s S] [--quick]
+[--tls | --compare-tls]``.
 """
 
 from __future__ import annotations
@@ -61,10 +70,13 @@ import grpc.aio
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _report import RESULTS_DIR, today, write_json, write_section
 
+from lazarus.devcluster import DevCertificates
 from lazarus.localservers import EtcdServer, free_loopback_ports
+from lazarus.tls import ClientTls, IdentityKind
 from lazarus.v1 import agent_pb2, coordinator_pb2, coordinator_pb2_grpc, records_pb2
 
 RESULTS = RESULTS_DIR / "heartbeat.json"
+TLS_RESULTS = RESULTS_DIR / "heartbeat-tls.json"
 LAZARUS = Path(sys.executable).parent / "lazarus"
 SESSION_METHOD = "/lazarus.v1.AgentService/Session"
 SELF = Path(__file__).resolve()
@@ -100,7 +112,10 @@ class SimNode:
     def __init__(self, worker: Worker, address: str, node_id: str) -> None:
         self.worker = worker
         self.node_id = node_id
-        self.channel = grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
+        tls = ClientTls()
+        if worker.certs is not None:  # mTLS: this node's own certificate
+            tls = worker.certs.client_tls(IdentityKind.NODE, node_id)
+        self.channel = tls.aio_channel(address, CHANNEL_OPTIONS)
         self.call: Any = self.channel.stream_stream(
             SESSION_METHOD,
             request_serializer=agent_pb2.AgentMessage.SerializeToString,
@@ -179,6 +194,7 @@ class Worker:
 
     address: str
     prefix: str
+    certs: DevCertificates | None = None
     nodes: list[SimNode] = field(default_factory=list)
     latencies: list[float] = field(default_factory=list)
     lags: list[float] = field(default_factory=list)
@@ -224,9 +240,10 @@ class Worker:
         return out
 
 
-async def worker_main(address: str, prefix: str) -> None:
+async def worker_main(address: str, prefix: str, tls: list[str]) -> None:
     """Serve commands from stdin: add <n>, reset, take, stop; one JSON reply line each."""
-    worker = Worker(address, prefix)
+    certs = DevCertificates(Path(tls[0]), tls[1]) if tls else None
+    worker = Worker(address, prefix, certs)
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader()
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
@@ -264,13 +281,17 @@ class WorkerProcess:
         self.process = process
 
     @classmethod
-    async def spawn(cls, address: str, prefix: str) -> WorkerProcess:
+    async def spawn(
+        cls, address: str, prefix: str, certs: DevCertificates | None = None
+    ) -> WorkerProcess:
+        tls = [str(certs.directory), certs.cluster] if certs is not None else []
         process = await asyncio.create_subprocess_exec(
             sys.executable,
             str(SELF),
             "--worker",
             address,
             prefix,
+            *tls,
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             limit=1 << 28,
@@ -310,13 +331,35 @@ class Coordinator:
     metrics_url: str
     cluster: str
     log_path: Path
+    certs: DevCertificates | None = None
+
+    @property
+    def client_tls(self) -> ClientTls:
+        """How the bench calls CoordinatorService (an admin certificate under mTLS)."""
+        if self.certs is None:
+            return ClientTls()
+        return self.certs.client_tls(IdentityKind.CLIENT, "bench", "admin")
 
 
-def start_coordinator(etcd_endpoint: str, workdir: Path, label: str) -> Coordinator:
+def start_coordinator(
+    etcd_endpoint: str, workdir: Path, label: str, tls: bool = False
+) -> Coordinator:
     """A real ``lazarus coordinator`` (defaults, 1 s heartbeats) in its own process."""
     grpc_port, metrics_port = free_loopback_ports(2)
     cluster = f"hbbench-{uuid.uuid4().hex[:8]}"
     log_path = workdir / f"coordinator-{label}.log"
+    certs = DevCertificates(workdir / f"tls-{label}", cluster) if tls else None
+    security = ["--auth", "none"]
+    if certs is not None:
+        cert, key = certs.member("bench-c1", [])
+        security = [
+            "--tls-cert-file",
+            cert,
+            "--tls-key-file",
+            key,
+            "--tls-client-ca-file",
+            certs.ca_file,
+        ]
     process = subprocess.Popen(
         [
             str(LAZARUS),
@@ -337,6 +380,7 @@ def start_coordinator(etcd_endpoint: str, workdir: Path, label: str) -> Coordina
             str(DEAD_AFTER_S),
             "--fence-after-s",
             str(FENCE_AFTER_S),
+            *security,
         ],
         stdout=log_path.open("wb"),
         stderr=subprocess.STDOUT,
@@ -347,6 +391,7 @@ def start_coordinator(etcd_endpoint: str, workdir: Path, label: str) -> Coordina
         f"http://127.0.0.1:{metrics_port}/metrics",
         cluster,
         log_path,
+        certs,
     )
 
 
@@ -531,25 +576,29 @@ async def ramp(
     workdir: Path,
     other_load: set[str],
     label: str,
+    tls: bool = False,
 ) -> tuple[list[Step], float]:
     """Fresh coordinator and generators; the steps of ``counts`` until one fails.
 
     Returns:
         The steps run and the coordinator's resident memory at the end, MiB.
     """
-    coordinator = start_coordinator(etcd_endpoint, workdir, label)
+    coordinator = start_coordinator(etcd_endpoint, workdir, label, tls)
     workers: list[WorkerProcess] = []
     steps: list[Step] = []
     rss = float("nan")
     try:
-        async with grpc.aio.insecure_channel(
-            coordinator.address, options=CHANNEL_OPTIONS
+        async with coordinator.client_tls.aio_channel(
+            coordinator.address, CHANNEL_OPTIONS
         ) as channel:
             stub = coordinator_pb2_grpc.CoordinatorServiceStub(channel)  # type: ignore[no-untyped-call]
             await wait_leading(stub, coordinator)
             workers = list(
                 await asyncio.gather(
-                    *(WorkerProcess.spawn(coordinator.address, f"w{i}") for i in range(n_workers))
+                    *(
+                        WorkerProcess.spawn(coordinator.address, f"w{i}", coordinator.certs)
+                        for i in range(n_workers)
+                    )
                 )
             )
             current = 0
@@ -607,17 +656,18 @@ async def bench(
     workdir: Path,
     other_load: set[str],
     refine: bool,
+    tls: bool = False,
 ) -> tuple[list[Step], dict[str, Any]]:
     etcd = EtcdServer(base_dir=workdir)
     try:
         etcd.start()
         steps, rss = await ramp(
-            str(etcd.endpoint), counts, step_s, n_workers, workdir, other_load, "doubling"
+            str(etcd.endpoint), counts, step_s, n_workers, workdir, other_load, "doubling", tls
         )
         finer = refinement(steps) if refine else []
         if finer:
             more, rss_fine = await ramp(
-                str(etcd.endpoint), finer, step_s, n_workers, workdir, other_load, "refine"
+                str(etcd.endpoint), finer, step_s, n_workers, workdir, other_load, "refine", tls
             )
             steps += more
             rss = max(rss, rss_fine)
@@ -631,6 +681,7 @@ async def bench(
             "workers": n_workers,
             "jitter_s": JITTER_S,
             "coordinator_rss_mb_max": rss,
+            "security": "mtls" if tls else "none",
         }
         return steps, config
     finally:
@@ -695,7 +746,7 @@ def table(steps: list[Step]) -> str:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--worker"]:
-        asyncio.run(worker_main(argv[1], argv[2]))
+        asyncio.run(worker_main(argv[1], argv[2], argv[3:]))
         return 0
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--max-nodes", type=int, default=6400, help="largest step (cap)")
@@ -705,7 +756,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="one 20-node step of 5 s, no README")
     parser.add_argument("--out", type=Path, default=RESULTS, help="JSON results path")
     parser.add_argument("--no-readme", action="store_true", help="do not rewrite bench/README.md")
+    parser.add_argument("--tls", action="store_true", help="coordinator with mTLS (its default)")
+    parser.add_argument(
+        "--compare-tls",
+        type=str,
+        default="",
+        metavar="N,N",
+        help="hold these node counts with --auth none, then with mTLS; TLS cost per heartbeat",
+    )
     args = parser.parse_args(argv)
+    if args.compare_tls:
+        return compare_tls([int(n) for n in args.compare_tls.split(",")], args)
     if args.quick:
         counts, step_s, n_workers = [20], 5.0, 1
     else:
@@ -717,7 +778,7 @@ def main(argv: list[str] | None = None) -> int:
     seen: set[str] = set()
     with tempfile.TemporaryDirectory(prefix="lazarus-hbbench-") as tmp:
         steps, config = asyncio.run(
-            bench(counts, step_s, n_workers, Path(tmp), seen, refine=not args.quick)
+            bench(counts, step_s, n_workers, Path(tmp), seen, refine=not args.quick, tls=args.tls)
         )
     other = ", ".join(sorted(seen))
     # Each ramp stops at its first failing step, so every passing step had only
@@ -739,6 +800,125 @@ def main(argv: list[str] | None = None) -> int:
     if not (args.quick or args.no_readme):
         write_section("heartbeat", readme(steps, config, sustained, next_failed, other))
     return 0
+
+
+def _per_heartbeat(step: Step) -> dict[str, Any]:
+    acks_per_s = step.acks / step.seconds if step.seconds else float("nan")
+    cpu_us = 1e6 * step.leader_cpu_pct / 100.0 / acks_per_s if acks_per_s else float("nan")
+    return {
+        "nodes": step.nodes,
+        "acks_per_s": acks_per_s,
+        "leader_cpu_pct": step.leader_cpu_pct,
+        "leader_cpu_us_per_heartbeat": cpu_us,
+        "p50_ms": step.p50_ms,
+        "p99_ms": step.p99_ms,
+        "ok": step.ok,
+        "failure": step.failure,
+    }
+
+
+def compare_tls(counts: list[int], args: argparse.Namespace) -> int:
+    """Hold ``counts`` with ``--auth none`` and with mTLS; write the TLS cost per heartbeat."""
+    seen: set[str] = set()
+    modes: dict[str, list[dict[str, Any]]] = {}
+    config: dict[str, Any] = {}
+    for tls in (False, True):
+        with tempfile.TemporaryDirectory(prefix="lazarus-hbbench-") as tmp:
+            steps, config = asyncio.run(
+                bench(counts, args.step_s, args.workers, Path(tmp), seen, refine=False, tls=tls)
+            )
+        modes["mtls" if tls else "plaintext"] = [_per_heartbeat(s) for s in steps]
+    config.pop("security", None)
+    other = ", ".join(sorted(seen))
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
+    ).stdout.strip()
+    result = {
+        "date": today(),
+        "commit": commit,
+        "config": config,
+        "other_load": other,
+        "modes": modes,
+    }
+    out = args.out if args.out != RESULTS else TLS_RESULTS
+    write_json(out, result)
+    print(json.dumps(modes, indent=2))
+    if not args.no_readme:
+        write_section("heartbeat-tls", tls_readme(modes, config, other, commit))
+    return 0
+
+
+def tls_readme(
+    modes: dict[str, list[dict[str, Any]]], config: dict[str, Any], other: str, commit: str = ""
+) -> str:
+    rows = [
+        "| nodes | security | heartbeats acked/s | leader CPU | leader CPU per heartbeat | "
+        "ack p50 ms | ack p99 ms | verdict |",
+        "|---:|---|---:|---:|---:|---:|---:|---|",
+    ]
+    plain = {r["nodes"]: r for r in modes.get("plaintext", [])}
+    for mode in ("plaintext", "mtls"):
+        for r in modes.get(mode, []):
+            extra = ""
+            base = plain.get(r["nodes"])
+            if mode == "mtls" and base is not None:
+                added = r["leader_cpu_us_per_heartbeat"] - base["leader_cpu_us_per_heartbeat"]
+                extra = f" ({added:+.0f})"
+            rows.append(
+                f"| {r['nodes']:,} | {'mTLS' if mode == 'mtls' else '--auth none'} "
+                f"| {r['acks_per_s']:,.0f} | {r['leader_cpu_pct']:.0f}% "
+                f"| {r['leader_cpu_us_per_heartbeat']:.0f} µs{extra} "
+                f"| {r['p50_ms']:.2f} | {r['p99_ms']:.2f} "
+                f"| {'ok' if r['ok'] else 'FAIL: ' + r['failure']} |"
+            )
+    counts = ",".join(str(r["nodes"]) for r in modes.get("plaintext", []))
+    step_s = config.get("step_s", "?")
+    deltas = [
+        (r["leader_cpu_us_per_heartbeat"] - plain[r["nodes"]]["leader_cpu_us_per_heartbeat"])
+        / plain[r["nodes"]]["leader_cpu_us_per_heartbeat"]
+        for r in modes.get("mtls", [])
+        if r["nodes"] in plain
+    ]
+    if deltas and max(abs(d) for d in deltas) < 0.15:
+        verdict = (
+            "**mTLS costs no measurable leader CPU per heartbeat here**: the differences "
+            f"({', '.join(f'{100 * d:+.0f}%' for d in deltas)}) are below the noise of "
+            "this shared machine (a negative figure cannot be a TLS saving). The leader "
+            "spends its ~0.7-0.9 ms per heartbeat in Python (asyncio, protobuf, the core); "
+            "AES-GCM of two ~100-byte frames is a few microseconds, and the authorization "
+            "check runs once per Session, not per heartbeat."
+        )
+    else:
+        verdict = (
+            "mTLS changes the leader's CPU per heartbeat by "
+            f"{', '.join(f'{100 * d:+.0f}%' for d in deltas)} (per row above)."
+        )
+    concurrent = (
+        f"\n\nOther benchmarks ran on the same 2 cores during this run ({other})." if other else ""
+    )
+    return f"""## What TLS costs per heartbeat (`heartbeat_bench.py --compare-tls`)
+
+The heartbeat bench's setup (one real coordinator, simulated nodes at 1 heartbeat/s
+each on its own HTTP/2 connection, {config.get("workers", "?")} generator processes),
+holding the same node counts for {config.get("step_s", "?")} s twice on fresh
+coordinators: once with `--auth none` (plaintext), once with the default mutual TLS
+and the authorization interceptor, every simulated node holding its own node
+certificate (ECDSA P-256, TLS 1.3). "Leader CPU per heartbeat" is the leader
+process's CPU time over the step divided by the heartbeats it acked; the figure in
+brackets is what mTLS adds. A Session is one long-lived stream, so the handshake
+is paid once per connection; what remains per heartbeat is record encryption
+(AES-GCM) of two small frames and nothing of the interceptor (it runs once per
+Session, not per message).
+
+Measured {today()} at commit {commit or "?"};
+`.venv/bin/python bench/heartbeat_bench.py --compare-tls {counts} --step-s {step_s}`;
+raw figures in `bench/results/heartbeat-tls.json`. The machine is shared by
+other workers (2 cores): the figures are noisy.{concurrent}
+
+{chr(10).join(rows)}
+
+{verdict}
+"""
 
 
 def readme(

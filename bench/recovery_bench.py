@@ -339,8 +339,8 @@ async def run_trial(
         await cluster.ready(STARTUP_S)
         leader_address, follower_address = await _roles(cluster)
         async with (
-            grpc.aio.insecure_channel(leader_address, options=GRPC_OPTIONS) as to_leader,
-            grpc.aio.insecure_channel(follower_address, options=GRPC_OPTIONS) as to_follower,
+            cluster.client_tls.aio_channel(leader_address, GRPC_OPTIONS) as to_leader,
+            cluster.client_tls.aio_channel(follower_address, GRPC_OPTIONS) as to_follower,
         ):
             leader: Any = coordinator_pb2_grpc.CoordinatorServiceStub(to_leader)  # type: ignore[no-untyped-call]
             follower: Any = coordinator_pb2_grpc.CoordinatorServiceStub(to_follower)  # type: ignore[no-untyped-call]
@@ -523,8 +523,8 @@ async def run_restart_trial(
         await cluster.ready(STARTUP_S)
         leader_address, follower_address = await _roles(cluster)
         async with (
-            grpc.aio.insecure_channel(leader_address, options=GRPC_OPTIONS) as to_leader,
-            grpc.aio.insecure_channel(follower_address, options=GRPC_OPTIONS) as to_follower,
+            cluster.client_tls.aio_channel(leader_address, GRPC_OPTIONS) as to_leader,
+            cluster.client_tls.aio_channel(follower_address, GRPC_OPTIONS) as to_follower,
         ):
             leader: Any = coordinator_pb2_grpc.CoordinatorServiceStub(to_leader)  # type: ignore[no-untyped-call]
             follower: Any = coordinator_pb2_grpc.CoordinatorServiceStub(to_follower)  # type: ignore[no-untyped-call]

@@ -105,6 +105,7 @@ from coordinator.eventlog import EventFilter, Watcher
 from coordinator.members import list_members
 from coordinator.redisconn import redis_client
 from coordinator.runtime import CoordinatorRuntime, NotLeading, grpc_status
+from lazarus.tls import ClientTls
 from lazarus.v1 import coordinator_pb2, coordinator_pb2_grpc, records_pb2
 from node_agent.checkpoint.errors import CorruptedRecord
 from node_agent.replication import (
@@ -321,6 +322,7 @@ class CoordinatorApi:
             lists no members).
         archive: the Redis event archive WatchEvents replays earlier terms
             from (None: memory only).
+        member_tls: how to dial the leader when proxying (None: plaintext).
     """
 
     def __init__(
@@ -333,7 +335,9 @@ class CoordinatorApi:
         redis_ca_file: str = "",
         etcd_client: aetcd.Client | None = None,
         archive: EventArchive | None = None,
+        member_tls: ClientTls | None = None,
     ) -> None:
+        self._member_tls = member_tls or ClientTls()
         self._runtime = runtime
         self._cache = cache
         self._etcd = etcd_client
@@ -555,11 +559,7 @@ class CoordinatorApi:
         own = self._runtime.settings.advertise_address
         if leader is None or not leader.value or leader.value == own:
             await self._unavailable(context, leader.value if leader else "")
-        channel = self._channels.get(leader.value)
-        if channel is None:
-            channel = grpc.aio.insecure_channel(leader.value)
-            self._channels[leader.value] = channel
-        call = channel.unary_unary(
+        call = self._channel(leader.value).unary_unary(
             f"/{SERVICE_NAME}/{method}",
             request_serializer=type(request).SerializeToString,
             response_deserializer=response_type.FromString,
@@ -604,7 +604,7 @@ class CoordinatorApi:
     def _channel(self, address: str) -> grpc.aio.Channel:
         channel = self._channels.get(address)
         if channel is None:
-            channel = grpc.aio.insecure_channel(address)
+            channel = self._member_tls.aio_channel(address)  # TLS with the member certificate
             self._channels[address] = channel
         return channel
 
@@ -1213,6 +1213,7 @@ def add_coordinator_service(
     redis_ca_file: str = "",
     etcd_client: aetcd.Client | None = None,
     archive: EventArchive | None = None,
+    member_tls: ClientTls | None = None,
 ) -> CoordinatorApi:
     """Register CoordinatorService on ``server``.
 
@@ -1224,6 +1225,7 @@ def add_coordinator_service(
         redis_password, redis_ca_file: Redis AUTH and the CA of a ``rediss://`` URL.
         etcd_client: where GetClusterStatus reads member records.
         archive: the Redis event archive (WatchEvents replays earlier terms).
+        member_tls: how to dial the leader when proxying (None: plaintext).
 
     Returns:
         The servicer (close it on shutdown).
@@ -1236,6 +1238,7 @@ def add_coordinator_service(
         redis_ca_file=redis_ca_file,
         etcd_client=etcd_client,
         archive=archive,
+        member_tls=member_tls,
     )
     coordinator_pb2_grpc.add_CoordinatorServiceServicer_to_server(api, server)  # type: ignore[no-untyped-call]
     return api

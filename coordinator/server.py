@@ -22,10 +22,11 @@ import grpc.aio
 import redis.asyncio
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio
-from grpc_reflection.v1alpha import reflection
+from grpc_reflection.v1alpha import reflection as _reflection
 
 from coordinator.aetcd_compat import TOKEN_RENEWAL_S, RenewingClient, TlsClient, tls_credentials
 from coordinator.api import REDIS_TIMEOUT_S, CoordinatorApi, add_coordinator_service
+from coordinator.auth import AuthInterceptor, TokenFile, warn_auth_none
 from coordinator.core import CoreSettings
 from coordinator.documents import DocumentObserver, DocumentService, TeeObserver
 from coordinator.election import Election
@@ -37,6 +38,7 @@ from coordinator.redisconn import redis_client
 from coordinator.runtime import CoordinatorRuntime, Observer, RuntimeSettings
 from coordinator.session import add_agent_service
 from lazarus import __version__
+from lazarus.tls import ClientTls, ServerTls
 
 __all__ = ["CoordinatorServer", "ServerSettings", "make_etcd_client"]
 
@@ -78,6 +80,21 @@ class ServerSettings:
         redis_ca_file: CA bundle verifying a ``rediss://`` server ("" = system).
         metrics_address: host:port of this replica's /metrics, published in its
             member record ("" = none).
+        auth: ``mtls`` (default: TLS, client certificates or bearer tokens,
+            the policy of :mod:`coordinator.authz`) or ``none`` (plaintext,
+            no checks, a warning every minute; local experiments only).
+        tls_cert_file: PEM certificate of this replica (a member certificate:
+            it serves with it and proxies to the leader with it).
+        tls_key_file: its private key.
+        tls_client_ca_file: PEM bundle of the CA(s) that sign peers' certificates.
+        tls_server_name: name verified in the leader's certificate when
+            proxying ("" = the dialled host).
+        auth_token_file: hashed bearer tokens (see :class:`TokenFile`; "" = none).
+        token_listen: a second host:port, TLS without client certificates,
+            for bearer-token clients ("" = none).
+        reflection: serve gRPC server reflection (off: grpcurl needs the protos).
+        health_listen: a plaintext host:port serving only ``grpc.health.v1``,
+            for probes that cannot speak TLS (Kubernetes' gRPC probe); "" = none.
 
     Raises:
         ValueError: only one of username / password, or of cert / key file, given.
@@ -101,8 +118,27 @@ class ServerSettings:
     redis_password: str = field(default="", repr=False)
     redis_ca_file: str = ""
     metrics_address: str = ""
+    auth: str = "mtls"
+    tls_cert_file: str = ""
+    tls_key_file: str = ""
+    tls_client_ca_file: str = ""
+    tls_server_name: str = ""
+    auth_token_file: str = ""
+    token_listen: str = ""
+    reflection: bool = True
+    health_listen: str = ""
 
     def __post_init__(self) -> None:
+        if self.auth not in ("mtls", "none"):
+            raise ValueError(f"auth: 'mtls' or 'none', got {self.auth!r}")
+        tls_files = (self.tls_cert_file, self.tls_key_file, self.tls_client_ca_file)
+        if self.auth == "mtls" and not all(tls_files):
+            raise ValueError(
+                "auth mtls needs --tls-cert-file, --tls-key-file and --tls-client-ca-file "
+                "(`lazarus certs init` / `issue` make them); --auth none turns security off"
+            )
+        if self.auth == "none" and (any(tls_files) or self.auth_token_file or self.token_listen):
+            raise ValueError("--auth none serves plaintext: drop the TLS and token settings")
         if bool(self.etcd_username) != bool(self.etcd_password):
             raise ValueError("give both etcd username and password, or neither")
         if bool(self.etcd_cert_file) != bool(self.etcd_key_file):
@@ -148,6 +184,8 @@ class CoordinatorServer:
         self.runtime: CoordinatorRuntime | None = None
         self._health: health_aio.HealthServicer | None = None
         self.address = ""
+        self.server_tls: ServerTls | None = None
+        self._probe_server: grpc.aio.Server | None = None
 
     async def start(self) -> None:
         """Connect, bind, serve, campaign.
@@ -160,8 +198,7 @@ class CoordinatorServer:
         client = make_etcd_client(s)
         await client.connect()
         self._client = client
-        server = grpc.aio.server()
-        bound = server.add_insecure_port(s.listen)
+        server, bound = self._bind()
         if bound == 0:
             raise RuntimeError(f"cannot bind {s.listen}")
         listen_host = s.listen.rpartition(":")[0]
@@ -211,8 +248,16 @@ class CoordinatorServer:
             redis_ca_file=s.redis_ca_file,
             etcd_client=client,
             archive=archive,
+            member_tls=self.member_tls(),
         )
-        self._health = await add_health_and_reflection(server)
+        self._health = await add_health_and_reflection(server, reflection=s.reflection)
+        if s.health_listen:  # probes: health only, plaintext, nothing else on this port
+            probe_server = grpc.aio.server()
+            health_pb2_grpc.add_HealthServicer_to_server(self._health, probe_server)
+            if probe_server.add_insecure_port(s.health_listen) == 0:
+                raise RuntimeError(f"cannot bind {s.health_listen}")
+            await probe_server.start()
+            self._probe_server = probe_server
         await server.start()
         self._server = server
         self._members = MemberRegistry(
@@ -231,6 +276,8 @@ class CoordinatorServer:
             asyncio.create_task(self._members.run(), name="member-record"),
             asyncio.create_task(archive.run(), name="event-archive"),
         ]
+        if s.auth == "none":
+            self._tasks.append(asyncio.create_task(warn_auth_none(), name="auth-none-warning"))
         _log.info(
             "serving: member=%s address=%s cluster=%s etcd=%s",
             s.member_id,
@@ -238,6 +285,45 @@ class CoordinatorServer:
             s.cluster,
             s.etcd_endpoint,
         )
+
+    def _bind(self) -> tuple[grpc.aio.Server, int]:
+        """The gRPC server, with the auth interceptor and TLS unless ``auth`` is none.
+
+        Returns:
+            The server and the port bound for ``listen``.
+
+        Raises:
+            RuntimeError: an address cannot be bound.
+            OSError: a certificate file cannot be read.
+        """
+        s = self.settings
+        if s.auth == "none":
+            server = grpc.aio.server()
+            return server, server.add_insecure_port(s.listen)
+        registry = getattr(self._observer, "registry", None)
+        interceptor = AuthInterceptor(
+            s.cluster,
+            tokens=TokenFile(s.auth_token_file, s.cluster) if s.auth_token_file else None,
+            reflection=s.reflection,
+            registry=registry,
+        )
+        server = grpc.aio.server(interceptors=[interceptor])
+        self.server_tls = ServerTls(s.tls_cert_file, s.tls_key_file, s.tls_client_ca_file)
+        bound = server.add_secure_port(s.listen, self.server_tls.credentials())
+        if s.token_listen:
+            token_tls = ServerTls(
+                s.tls_cert_file, s.tls_key_file, s.tls_client_ca_file, require_client_cert=False
+            )
+            if server.add_secure_port(s.token_listen, token_tls.credentials()) == 0:
+                raise RuntimeError(f"cannot bind {s.token_listen}")
+        return server, bound
+
+    def member_tls(self) -> ClientTls:
+        """How this replica dials the leader: its own certificate, the cluster CA."""
+        s = self.settings
+        if s.auth == "none":
+            return ClientTls()
+        return ClientTls(s.tls_client_ca_file, s.tls_cert_file, s.tls_key_file, s.tls_server_name)
 
     async def stop(self) -> None:
         """Resign at once, then stop serving and close everything (idempotent)."""
@@ -266,6 +352,9 @@ class CoordinatorServer:
         if self._server is not None:
             await self._server.stop(self.settings.shutdown_grace_s)
             self._server = None
+        if self._probe_server is not None:
+            await self._probe_server.stop(0)
+            self._probe_server = None
         if self._api is not None:
             await self._api.close()
             self._api = None
@@ -326,22 +415,26 @@ SERVICE_NAMES = (
 """Fully qualified names of the Lazarus services every replica serves."""
 
 
-async def add_health_and_reflection(server: grpc.aio.Server) -> health_aio.HealthServicer:
+async def add_health_and_reflection(
+    server: grpc.aio.Server, *, reflection: bool = True
+) -> health_aio.HealthServicer:
     """Serve ``grpc.health.v1.Health`` and server reflection beside our services.
 
     Health says SERVING for "" (the whole server, what Kubernetes' gRPC probe
     asks) and for each name in ``SERVICE_NAMES`` on leader and followers alike:
     a follower serves reads and proxies writes, and redirects node Sessions.
     It turns NOT_SERVING on shutdown. Reflection (``grpc.reflection.v1alpha``)
-    lets generic clients (grpcurl, grpc_requests) discover the API.
+    lets generic clients (grpcurl, grpc_requests) discover the API; both stay
+    open to unauthenticated peers, and ``reflection=False`` leaves it out.
     """
     servicer = health_aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(servicer, server)
     for name in ("", *SERVICE_NAMES):
         await servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
-    reflection.enable_server_reflection(
-        (*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME), server
-    )
+    if reflection:
+        _reflection.enable_server_reflection(
+            (*SERVICE_NAMES, health.SERVICE_NAME, _reflection.SERVICE_NAME), server
+        )
     return servicer
 
 

@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal, NoReturn, TypeVar
 import typer
 
 from coordinator.core.settings import CoreSettings
+from lazarus.certs_cli import certs_app
 
 app = typer.Typer(
     name="lazarus",
@@ -25,6 +26,7 @@ demo_app = typer.Typer(
     no_args_is_help=True,
 )
 app.add_typer(demo_app, name="demo")
+app.add_typer(certs_app, name="certs")
 
 DurabilityChoice = Literal["sync", "group", "none"]
 
@@ -244,7 +246,7 @@ def drill(
             remote_results += asyncio.run(
                 run_remote_drills(remote, injector, scenarios, console=console, tasks=tasks)
             )
-        report = DrillReport(remote_results, str(root))
+        report = DrillReport(remote_results, str(root), mtls=remote.client_tls.enabled)
         (root / "report.json").write_text(json.dumps(report.to_json(), indent=2))
         write_timeline(report, root / "timeline.png")
         print_report(report, console)
@@ -276,7 +278,7 @@ def drill(
                     chaos_s=duration,
                 )
             )
-        report = DrillReport(results, str(root))
+        report = DrillReport(results, str(root), mtls=cluster.mtls)
         held = report.held
         (root / "report.json").write_text(json.dumps(report.to_json(), indent=2))
         png = write_timeline(report, root / "timeline.png")
@@ -346,6 +348,10 @@ def dev(
     console.print(f"  etcd          {','.join(cluster.etcd_endpoints)}")
     console.print(f"  redis         {cluster.redis_url}")
     console.print(f"  metrics       {' '.join(cluster.coordinator_metrics)}")
+    env_file = root / "tls" / "admin.env"  # the admin client's LAZARUS_TLS_* variables
+    env_file.write_text("".join(f"export {k}={v}\n" for k, v in cluster.client_env().items()))
+    console.print(f"  security      mTLS on; CA and certificates in {root / 'tls'}")
+    console.print(f"  as admin:     . {env_file}")
     console.print(f"  try:          LAZARUS_COORDINATORS={addresses} lazarus status")
 
     def status_table() -> Table:
@@ -387,6 +393,27 @@ DetectorChoice = Literal["fixed", "phi"]
 _CORE = CoreSettings()
 """Defaults of the coordinator's core options (DESIGN.md §10)."""
 LogFormatChoice = Literal["json", "text"]
+
+
+TlsCaOption = Annotated[
+    str,
+    typer.Option(
+        envvar="LAZARUS_TLS_CA_FILE", help="Cluster CA bundle verifying the coordinators (TLS)."
+    ),
+]
+TlsCertOption = Annotated[
+    str, typer.Option(envvar="LAZARUS_TLS_CERT_FILE", help="This process's certificate (mTLS).")
+]
+TlsKeyOption = Annotated[
+    str, typer.Option(envvar="LAZARUS_TLS_KEY_FILE", help="Private key of --tls-cert-file.")
+]
+TlsServerNameOption = Annotated[
+    str,
+    typer.Option(
+        envvar="LAZARUS_TLS_SERVER_NAME",
+        help="Name to verify in coordinators' certificates (default: the dialled host).",
+    ),
+]
 
 
 @app.command()
@@ -552,6 +579,46 @@ def coordinator(
     seed: Annotated[
         int | None, typer.Option(envvar="LAZARUS_SEED", help="Core random seed (default random).")
     ] = None,
+    auth: Annotated[
+        Literal["mtls", "none"],
+        typer.Option(
+            envvar="LAZARUS_AUTH",
+            help="mtls: TLS + client certificates/tokens + roles; none: plaintext, local only.",
+        ),
+    ] = "mtls",
+    tls_cert_file: TlsCertOption = "",
+    tls_key_file: TlsKeyOption = "",
+    tls_client_ca_file: Annotated[
+        str,
+        typer.Option(
+            envvar="LAZARUS_TLS_CLIENT_CA_FILE", help="CA bundle verifying peers' certificates."
+        ),
+    ] = "",
+    tls_server_name: TlsServerNameOption = "",
+    auth_token_file: Annotated[
+        str,
+        typer.Option(
+            envvar="LAZARUS_AUTH_TOKEN_FILE",
+            help="Hashed bearer tokens 'sha256:<hex> name role' a line (reloaded on change).",
+        ),
+    ] = "",
+    token_listen: Annotated[
+        str,
+        typer.Option(
+            envvar="LAZARUS_TOKEN_LISTEN",
+            help="Second host:port: TLS without client certificates, for bearer-token clients.",
+        ),
+    ] = "",
+    reflection: Annotated[
+        bool, typer.Option(envvar="LAZARUS_REFLECTION", help="Serve gRPC server reflection.")
+    ] = True,
+    health_listen: Annotated[
+        str,
+        typer.Option(
+            envvar="LAZARUS_HEALTH_LISTEN",
+            help="Plaintext host:port serving only grpc.health.v1 (probes without TLS).",
+        ),
+    ] = "",
     log_level: Annotated[
         str, typer.Option(envvar="LAZARUS_LOG_LEVEL", help="DEBUG, INFO, WARNING, ERROR.")
     ] = "INFO",
@@ -630,6 +697,15 @@ def coordinator(
             etcd_cert_file=etcd_cert_file,
             etcd_key_file=etcd_key_file,
             etcd_token_renewal_s=etcd_token_renewal_s,
+            auth=auth,
+            tls_cert_file=tls_cert_file,
+            tls_key_file=tls_key_file,
+            tls_client_ca_file=tls_client_ca_file,
+            tls_server_name=tls_server_name,
+            auth_token_file=auth_token_file,
+            token_listen=token_listen,
+            reflection=reflection,
+            health_listen=health_listen,
         )
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from exc
@@ -746,6 +822,10 @@ def node_agent_command(
             help="Start pausing tasks this long before the self-fence deadline.",
         ),
     ] = 0.5,
+    tls_ca_file: TlsCaOption = "",
+    tls_cert_file: TlsCertOption = "",
+    tls_key_file: TlsKeyOption = "",
+    tls_server_name: TlsServerNameOption = "",
     log_level: Annotated[
         str, typer.Option(envvar="LAZARUS_LOG_LEVEL", help="DEBUG, INFO, WARNING, ERROR.")
     ] = "INFO",
@@ -768,6 +848,7 @@ def node_agent_command(
     import socket
 
     from coordinator.logs import configure_logging
+    from lazarus.tls import ClientTls
     from node_agent.main import run_node_agent
     from node_agent.settings import AgentSettings, SettingsError, parse_addresses, parse_labels
 
@@ -790,8 +871,9 @@ def node_agent_command(
             replication_backlog=replication_backlog,
             metrics_listen=metrics_listen,
             fence_lead_s=fence_lead_s,
+            tls=ClientTls(tls_ca_file, tls_cert_file, tls_key_file, tls_server_name),
         )
-    except SettingsError as exc:
+    except (SettingsError, ValueError) as exc:
         raise typer.BadParameter(str(exc)) from exc
     code = run_node_agent(settings)
     if code:

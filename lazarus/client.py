@@ -1,7 +1,9 @@
 """A Python client of the orchestrator API (``CoordinatorService``).
 
-Theory of operation: a ``Client`` holds one insecure grpc.aio channel per
-coordinator address it was given (created lazily, on the event loop that first
+Theory of operation: a ``Client`` holds one grpc.aio channel per
+coordinator address (TLS with the cluster CA and a client certificate or
+bearer token, see :class:`lazarus.tls.ClientTls`; plaintext only for
+coordinators run with ``--auth none``) it was given (created lazily, on the event loop that first
 uses it). Every replica serves the whole API — followers answer reads from
 their cache and proxy writes to the leader — so a call may go to any of them.
 A call is tried on the address that answered last; when it fails with
@@ -61,6 +63,7 @@ from tenacity import (
     stop_after_delay,
 )
 
+from lazarus.tls import ClientTls
 from lazarus.v1 import coordinator_pb2, records_pb2
 
 __all__ = [
@@ -470,6 +473,10 @@ class Client:
         max_payload_bytes: ``submit`` refuses a larger payload before sending
             it (the node agents' default limit; a payload over etcd's request
             limit would make the leader step down); 0 = no check.
+        tls: the CA, client certificate and key (or bearer token) to dial
+            with; None: from ``LAZARUS_TLS_CA_FILE``, ``LAZARUS_TLS_CERT_FILE``,
+            ``LAZARUS_TLS_KEY_FILE``, ``LAZARUS_TLS_SERVER_NAME`` and
+            ``LAZARUS_TOKEN`` (all unset: plaintext).
 
     Raises:
         ValueError: no address, or a malformed one.
@@ -484,8 +491,10 @@ class Client:
         backoff_initial_s: float = 0.05,
         backoff_max_s: float = 1.0,
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+        tls: ClientTls | None = None,
     ) -> None:
         self.addresses = parse_addresses(addresses)
+        self.tls = tls if tls is not None else ClientTls.from_env()
         self.max_payload_bytes = max_payload_bytes
         if timeout_s <= 0:
             raise ValueError(f"timeout_s: must be > 0, got {timeout_s}")
@@ -515,7 +524,7 @@ class Client:
     def _channel(self, address: str) -> grpc.aio.Channel:
         channel = self._channels.get(address)
         if channel is None:
-            channel = grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
+            channel = self.tls.aio_channel(address, CHANNEL_OPTIONS)
             self._channels[address] = channel
         return channel
 

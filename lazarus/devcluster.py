@@ -10,6 +10,12 @@ child can act on it), waits a bounded time, then SIGKILLs; an ``atexit`` hook
 kills whatever is left. Fault injection: ``kill`` (SIGKILL), ``terminate``
 (SIGTERM), ``pause`` / ``resume`` (SIGSTOP / SIGCONT), ``restart``.
 
+Security is on by default (``tls=True``): the cluster gets a CA and
+certificates under ``<run_dir>/tls`` (:class:`DevCertificates`), coordinators
+run with mutual TLS and the authorization policy, each agent holds the node
+certificate of its node id, and the harness calls the API as an ``admin``
+client. ``tls=False`` runs everything with ``--auth none``.
+
 Used by the integration tests, ``lazarus dev`` and ``lazarus drill``.
 """
 
@@ -32,9 +38,10 @@ import grpc
 import grpc.aio
 
 from lazarus.localservers import EtcdCluster, EtcdServer, RedisServer, free_loopback_ports
+from lazarus.tls import ClientTls, Identity, IdentityKind, init_ca, issue
 from lazarus.v1 import coordinator_pb2, coordinator_pb2_grpc, records_pb2
 
-__all__ = ["ChildProcess", "ClusterApi", "LocalCluster"]
+__all__ = ["ChildProcess", "ClusterApi", "DevCertificates", "LocalCluster"]
 
 LAZARUS_BIN = str(Path(sys.executable).parent / "lazarus")
 """The ``lazarus`` script next to this interpreter."""
@@ -142,11 +149,72 @@ class ChildProcess:
         return "\n".join(text[-lines:])
 
 
+@dataclass
+class DevCertificates:
+    """A cluster CA and certificates made on demand, for local clusters and tests.
+
+    Attributes:
+        directory: holds ``ca.crt``, ``ca.key`` and ``<kind>-<name>.crt/.key``.
+        cluster: the identities' cluster.
+    """
+
+    directory: Path
+    cluster: str
+
+    def __post_init__(self) -> None:
+        if not (self.directory / "ca.key").exists():
+            init_ca(self.directory, self.cluster)
+
+    @property
+    def ca_file(self) -> str:
+        """The CA bundle every party verifies with."""
+        return str(self.directory / "ca.crt")
+
+    def member(self, member_id: str, hosts: Sequence[str]) -> tuple[str, str]:
+        """(cert file, key file) of a coordinator replica serving under ``hosts``."""
+        files = issue(
+            self.directory,
+            self.directory,
+            Identity(IdentityKind.MEMBER, self.cluster, member_id),
+            hosts=["127.0.0.1", "localhost", *hosts],
+        )
+        return str(files.cert_file), str(files.key_file)
+
+    def client_tls(
+        self, kind: IdentityKind, name: str, role: str = "", **issue_kw: Any
+    ) -> ClientTls:
+        """Issue a certificate for (kind, name, role) and return how to dial with it."""
+        stem = f"{kind.value}-{name}" + (f"-{role}" if role else "")
+        files = issue(
+            self.directory,
+            self.directory,
+            Identity(kind, self.cluster, name, role),
+            basename=stem,
+            **issue_kw,
+        )
+        return ClientTls(self.ca_file, str(files.cert_file), str(files.key_file))
+
+    def node_args(self, node_id: str) -> list[str]:
+        """``lazarus node-agent`` flags for the node certificate of ``node_id``."""
+        tls = self.client_tls(IdentityKind.NODE, node_id)
+        return [
+            "--tls-ca-file",
+            tls.ca_file,
+            "--tls-cert-file",
+            tls.cert_file,
+            "--tls-key-file",
+            tls.key_file,
+        ]
+
+
 class ClusterApi:
     """The CoordinatorService calls a harness needs, over whichever replicas answer.
 
-    Subclasses say where the replicas are (``api_addresses``).
+    Subclasses say where the replicas are (``api_addresses``) and, with TLS,
+    how to dial them (``client_tls``).
     """
+
+    client_tls: ClientTls = ClientTls()
 
     def api_addresses(self) -> list[str]:
         """host:port of the replicas to try, in order."""
@@ -163,7 +231,7 @@ class ClusterApi:
         """
         last: grpc.aio.AioRpcError | None = None
         for address in self.api_addresses():
-            async with grpc.aio.insecure_channel(address) as channel:
+            async with self.client_tls.aio_channel(address) as channel:
                 stub = coordinator_pb2_grpc.CoordinatorServiceStub(channel)  # type: ignore[no-untyped-call]
                 try:
                     return await getattr(stub, method)(request, timeout=timeout_s)
@@ -229,6 +297,8 @@ class LocalCluster(ClusterApi):
         redis_bind: addresses redis-server binds (127.0.0.1 always first).
         durable_redis: run Redis with an fsync'd append-only file, so a Redis
             restart keeps what it acknowledged (as a production Redis must).
+        tls: mutual TLS and authorization on (default; certificates in
+            ``<run_dir>/tls``); False: every coordinator runs ``--auth none``.
     """
 
     def __init__(
@@ -245,6 +315,7 @@ class LocalCluster(ClusterApi):
         listen_host: str = "127.0.0.1",
         redis_bind: Sequence[str] = (),
         durable_redis: bool = True,
+        tls: bool = True,
     ) -> None:
         if coordinators < 1:
             raise ValueError(f"coordinators: must be >= 1, got {coordinators}")
@@ -271,6 +342,32 @@ class LocalCluster(ClusterApi):
         self.coordinator_addresses: list[str] = []
         self.coordinator_metrics: list[str] = []
         self.agent_metrics: list[str] = []
+        self.certs: DevCertificates | None = None
+        if tls:
+            self.certs = DevCertificates(self.run_dir / "tls", cluster)
+            self.client_tls = self.certs.client_tls(IdentityKind.CLIENT, "harness", "admin")
+
+    @property
+    def mtls(self) -> bool:
+        """True when the cluster runs with mutual TLS."""
+        return self.certs is not None
+
+    def client_env(self) -> dict[str, str]:
+        """Environment for a ``lazarus`` operator command run as the harness (admin)."""
+        return self.client_tls.env() if self.certs is not None else {}
+
+    def _security_args(self, member_id: str, host: str) -> list[str]:
+        if self.certs is None:
+            return ["--auth", "none"]
+        cert, key = self.certs.member(member_id, [host])
+        return [
+            "--tls-cert-file",
+            cert,
+            "--tls-key-file",
+            key,
+            "--tls-client-ca-file",
+            self.certs.ca_file,
+        ]
 
     # ---------------------------------------------------------------- parts
 
@@ -333,6 +430,7 @@ class LocalCluster(ClusterApi):
                 metrics,
                 "--redis-url",
                 self.redis_url,
+                *self._security_args(f"coordinator-{index}", self.listen_host),
                 *self.coordinator_args,
             ],
             self.run_dir / f"coordinator-{index}.log",
@@ -355,6 +453,11 @@ class LocalCluster(ClusterApi):
         """
         index = len(self.agents)
         (metrics_port,) = free_loopback_ports(1)
+        args = [*self.agent_args, *extra]  # a later --node-id wins: its certificate too
+        node_id = next(
+            (args[i + 1] for i in range(len(args) - 2, -1, -1) if args[i] == "--node-id"),
+            f"agent-{index}",
+        )
         child = ChildProcess(
             f"agent-{index}",
             [
@@ -371,6 +474,7 @@ class LocalCluster(ClusterApi):
                 self.redis_url.replace("127.0.0.1", redis_host) if redis_host else self.redis_url,
                 "--metrics-listen",
                 f"127.0.0.1:{metrics_port}",
+                *(self.certs.node_args(node_id) if self.certs is not None else []),
                 *self.agent_args,
                 *extra,
             ],
@@ -412,9 +516,9 @@ class LocalCluster(ClusterApi):
     # ------------------------------------------------------------ API helpers
 
     def channel(self, index: int | None = None) -> grpc.aio.Channel:
-        """An insecure channel to a coordinator (any replica serves the API)."""
+        """A channel to a coordinator as the harness's admin client (any replica serves the API)."""
         address = self.coordinator_addresses[index or 0]
-        return grpc.aio.insecure_channel(address)
+        return self.client_tls.aio_channel(address)
 
     def api_addresses(self) -> list[str]:
         """Addresses of the coordinators running now."""

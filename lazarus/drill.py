@@ -208,6 +208,7 @@ class DrillReport:
 
     results: list[DrillResult]
     run_dir: str
+    mtls: bool = True
 
     @property
     def held(self) -> bool:
@@ -224,7 +225,12 @@ class DrillReport:
             d["held"] = r.held
             d["safety_violations"] = r.safety_violations
             out.append(d)
-        return {"held": self.held, "run_dir": self.run_dir, "drills": out}
+        return {
+            "held": self.held,
+            "run_dir": self.run_dir,
+            "mtls": "on" if self.mtls else "off",
+            "drills": out,
+        }
 
 
 # ---------------------------------------------------------------------------
@@ -1073,6 +1079,7 @@ def print_report(report: DrillReport, console: Console) -> None:
             "[green]yes[/]" if r.held else "[red]NO[/]",
         )
     console.print(table)
+    console.print(f"  mTLS: {'on' if report.mtls else 'off'}")
     for r in report.results:
         console.print(f"  {r.scenario}: {r.fault}")
         if r.effects_checked:

@@ -30,6 +30,7 @@ from rich.console import Console
 
 from lazarus.devcluster import ClusterApi
 from lazarus.drill import DrillResult, _Drill
+from lazarus.tls import ClientTls
 from lazarus.v1 import coordinator_pb2, coordinator_pb2_grpc, records_pb2
 
 __all__ = ["REMOTE_SCENARIOS", "KubectlInjector", "RemoteCluster", "run_remote_drills"]
@@ -79,6 +80,7 @@ class RemoteCluster(ClusterApi):
         if not addresses:
             raise ValueError("--coordinators: give at least one host:port")
         self.addresses = list(addresses)
+        self.client_tls = ClientTls.from_env()  # LAZARUS_TLS_* as for every operator command
         self.events: list[tuple[float, str, dict[str, str]]] = []
         self._watch: asyncio.Task[None] | None = None
 
@@ -128,7 +130,7 @@ class RemoteCluster(ClusterApi):
         while True:
             for address in self.addresses:
                 try:
-                    async with grpc.aio.insecure_channel(address) as channel:
+                    async with self.client_tls.aio_channel(address) as channel:
                         stub = coordinator_pb2_grpc.CoordinatorServiceStub(channel)  # type: ignore[no-untyped-call]
                         request = coordinator_pb2.WatchEventsRequest(
                             from_revision=revision + 1 if revision else 0

@@ -396,7 +396,8 @@ class NodeAgent:
         outbound: asyncio.Queue[agent_pb2.AgentMessage] = asyncio.Queue()
         reason = "closed"
         try:
-            async with grpc.aio.insecure_channel(target) as channel:
+            # TLS verifies the coordinator (a NotLeader redirect too) against the cluster CA.
+            async with self.settings.tls.aio_channel(target) as channel:
                 stub = agent_pb2_grpc.AgentServiceStub(channel)  # type: ignore[no-untyped-call]
                 call = stub.Session()
                 self._call = call

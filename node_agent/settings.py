@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from lazarus.tls import ClientTls
 from node_agent.sdk import DurabilityName, IsolationName
 
 __all__ = ["AgentSettings", "SettingsError", "parse_addresses", "parse_labels"]
@@ -84,6 +85,9 @@ class AgentSettings:
             fence deadline ``s + fence_after`` so the pause completes by then.
         reconnect_max_backoff_s: cap of the jittered reconnect backoff.
         rpc_timeout_s: bound on connecting and on each unary call.
+        tls: how to dial coordinators: the cluster CA, this node's certificate
+            and key (its URI SAN names ``node_id``), the server name to verify;
+            empty: plaintext, for coordinators run with ``--auth none``.
     """
 
     node_id: str
@@ -104,6 +108,7 @@ class AgentSettings:
     fence_lead_s: float = 0.5
     reconnect_max_backoff_s: float = 2.0
     rpc_timeout_s: float = 5.0
+    tls: ClientTls = field(default_factory=ClientTls)
 
     def __post_init__(self) -> None:
         if not _NODE_ID.match(self.node_id):

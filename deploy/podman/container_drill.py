@@ -41,10 +41,12 @@ reports. Exit status 1 when a drill failed.
 from __future__ import annotations
 
 import argparse
+import base64
 import contextlib
 import copy
 import json
 import os
+import re
 import shlex
 import shutil
 import socket
@@ -166,7 +168,7 @@ def pod_env(
     fields["metadata.namespace"] = NAMESPACE
     for item in pod.container.get("env", []):
         if "value" in item:
-            env[item["name"]] = str(item["value"])
+            env[item["name"]] = expand(str(item["value"]), env)  # $(VAR), as the kubelet
             continue
         source = item["valueFrom"]
         if "fieldRef" in source:
@@ -180,6 +182,20 @@ def pod_env(
         else:
             raise ChartError(f"{pod.name}: env {item['name']} from {source} is not translated")
     return env
+
+
+def expand(text: str, env: dict[str, str]) -> str:
+    """``$(VAR)`` references replaced from ``env``, as the kubelet does in env, command, args."""
+    return re.sub(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)", lambda m: env.get(m[1], m[0]), text)
+
+
+def chart_secrets(objects: list[dict[str, Any]]) -> dict[str, dict[str, str]]:
+    """Secrets the chart renders itself (the in-chart Redis's generated password)."""
+    return {
+        o["metadata"]["name"]: {k: base64.b64decode(v).decode() for k, v in o["data"].items()}
+        for o in objects
+        if o["kind"] == "Secret" and o.get("data")
+    }
 
 
 def _secret(secrets: dict[str, dict[str, str]], name: str) -> dict[str, str]:
@@ -315,7 +331,7 @@ def run_argv(
     argv += security_args(pod)
     mounts, pod.host_dirs = volume_args(pod, secret_dirs or {}, volume_root)
     argv += mounts
-    env = pod_env(pod, objects, secrets or {})
+    env = pod_env(pod, objects, {**chart_secrets(objects), **(secrets or {})})
     if pod.component in ("coordinator", "node-agent"):
         env.update(extra_env or {})
     for name, value in sorted(env.items()):
@@ -330,7 +346,7 @@ def run_argv(
     if "command" in container:
         argv += ["--entrypoint", json.dumps(container["command"])]
     argv.append(container["image"])
-    argv += [str(a) for a in container.get("args", [])]
+    argv += [expand(str(a), env) for a in container.get("args", [])]
     return argv
 
 
@@ -532,6 +548,9 @@ def main(argv: list[str] | None = None) -> int:
         "image": {"repository": repository, "tag": tag, "pullPolicy": "Never"},
         "etcd": {"image": {"repository": args.etcd_image, "pullPolicy": "Never"}},
         "redis": {"image": {"repository": args.redis_image, "pullPolicy": "Never"}},
+        # Plaintext gRPC in the containers: certificates for them are not made
+        # here yet (--set tls.existingSecrets.* with --secret-dir to try mTLS).
+        "tls": {"enabled": False},
     }
     if not args.print_only:
         values["etcd"]["image"]["tag"] = _newest_tag(args.etcd_image)

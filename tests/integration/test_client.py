@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import os
 import select
 import signal
 import subprocess
@@ -29,7 +30,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-import grpc
 import pytest
 from typer.testing import CliRunner
 
@@ -91,7 +91,9 @@ def roles(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Roles]:
         cluster.agents[2].terminate(10)  # Goodbye: agent-2 is LEFT
 
         async def leader() -> str:
-            async with Client(cluster.coordinator_addresses, retry_max_s=10) as client:
+            async with Client(
+                cluster.coordinator_addresses, retry_max_s=10, tls=cluster.client_tls
+            ) as client:
                 deadline = time.monotonic() + WAIT_S
                 while True:
                     status = await client.status()
@@ -120,6 +122,7 @@ async def connect(roles: Roles) -> AsyncIterator[Callable[..., Client]]:
 
     def make(addresses: list[str] | str, **options: Any) -> Client:
         options.setdefault("retry_max_s", 5.0)
+        options.setdefault("tls", roles.cluster.client_tls)  # mTLS, as the harness's admin
         client = Client(addresses, **options)
         clients.append(client)
         return client
@@ -758,7 +761,9 @@ async def test_refusals_are_not_retried_and_dead_clusters_are_unavailable(
 
 
 def test_sync_client_for_scripts(roles: Roles) -> None:
-    with SyncClient([roles.dead, *roles.followers], retry_max_s=5) as client:
+    with SyncClient(
+        [roles.dead, *roles.followers], retry_max_s=5, tls=roles.cluster.client_tls
+    ) as client:
         assert client.status().leader_address == roles.leader
         task = client.submit("sleep", {"seconds": 0.1}).task
         deadline = time.monotonic() + WAIT_S
@@ -780,6 +785,8 @@ def test_sync_client_for_scripts(roles: Roles) -> None:
 
 def test_cli_against_the_cluster(roles: Roles, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("LAZARUS_COORDINATORS", f"{roles.dead},{roles.followers[0]}")
+    for key, value in roles.cluster.client_env().items():  # LAZARUS_TLS_*: the admin cert
+        monkeypatch.setenv(key, value)
     runner = CliRunner()
     result = runner.invoke(cli.app, ["status", "--json"])
     assert result.exit_code == 0, result.output
@@ -803,6 +810,7 @@ def test_cli_watch_ends_cleanly_on_sigint(roles: Roles) -> None:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        env={**os.environ, **roles.cluster.client_env()},
     )
     try:
         assert child.stdout is not None
@@ -828,11 +836,18 @@ def test_reflection_lists_the_services_and_calls_get_cluster_status(roles: Roles
     from google.protobuf import descriptor_pool
     from grpc_requests import ReflectionClient
 
+    tls = roles.cluster.client_tls
     for address in roles.all:
         client = ReflectionClient(
             address,
             descriptor_pool=descriptor_pool.DescriptorPool(),  # nothing of ours preloaded
             channel_options=[("grpc.enable_http_proxy", 0)],
+            ssl=True,
+            credentials={
+                "root_certificates": tls.ca_file,
+                "certificate_chain": tls.cert_file,
+                "private_key": tls.key_file,
+            },
         )
         try:
             services = set(client.service_names)
@@ -850,7 +865,8 @@ def test_health_says_serving_on_leader_and_followers(roles: Roles) -> None:
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
     for address in roles.all:
-        with grpc.insecure_channel(address, options=[("grpc.enable_http_proxy", 0)]) as channel:
+        tls = roles.cluster.client_tls  # health is open to any peer the TLS handshake admits
+        with tls.channel(address, [("grpc.enable_http_proxy", 0)]) as channel:
             stub = health_pb2_grpc.HealthStub(channel)
             for service in ("", "lazarus.v1.CoordinatorService"):
                 reply = stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=5)

@@ -39,7 +39,11 @@ async def replicas(etcd: Any) -> AsyncIterator[Callable[[str], Awaitable[Coordin
     async def start(member: str) -> CoordinatorServer:
         server = CoordinatorServer(
             ServerSettings(
-                cluster=cluster, member_id=member, etcd_endpoint=str(etcd.endpoint), lease_ttl_s=2
+                cluster=cluster,
+                member_id=member,
+                etcd_endpoint=str(etcd.endpoint),
+                lease_ttl_s=2,
+                auth="none",  # in-process API tests; tests/integration/test_security.py: mTLS
             ),
             FAST,
             seed=3,

@@ -73,6 +73,8 @@ def spawn(etcd_cluster: Any, tmp_path: Path) -> Iterator[Spawn]:
                 str(LEASE_TTL_S),
                 "--metrics-listen",
                 metrics,
+                "--auth",  # plaintext: these tests are about the process, test_security about auth
+                "none",
                 *extra,
             ],
             stdout=log,

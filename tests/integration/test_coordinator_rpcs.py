@@ -70,6 +70,7 @@ async def replicas(etcd: Any, redis_server: Any) -> AsyncIterator[StartReplica]:
                 etcd_endpoint=str(etcd.endpoint),
                 lease_ttl_s=2,
                 redis_url=redis_url or redis_server.url,
+                auth="none",  # in-process RPC tests; tests/integration/test_security.py: mTLS
             ),
             FAST,
             seed=3,

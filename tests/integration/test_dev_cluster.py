@@ -51,11 +51,16 @@ def test_dev_prints_its_endpoints_serves_and_stops_everything_on_ctrl_c(tmp_path
             if "LAZARUS_COORDINATORS=" in line:
                 break
         assert addresses, "".join(lines)
+        env = dict(os.environ)  # the admin client certificate `lazarus dev` made (mTLS is on)
+        for line in (run_dir / "tls" / "admin.env").read_text().splitlines():
+            key, _, value = line.removeprefix("export ").partition("=")
+            env[key] = value
         status = subprocess.run(
             [str(LAZARUS), "nodes", "--json", "--coordinators", addresses],
             capture_output=True,
             text=True,
             timeout=30,
+            env=env,
         )
         assert status.returncode == 0, status.stderr
         assert status.stdout.count("agent-") >= 2

@@ -29,6 +29,8 @@ def test_the_drills_hold_every_invariant_and_write_their_report(tmp_path: Path) 
     assert proc.returncode == 0, proc.stderr[-4000:]
     report = json.loads(proc.stdout)
     assert report["held"] is True
+    assert report["mtls"] == "on"  # the local cluster runs mutual TLS, as every LocalCluster
+    assert "mTLS: on" in proc.stderr
     drills = {d["scenario"]: d for d in report["drills"]}
     assert set(drills) == {
         "kill-node",

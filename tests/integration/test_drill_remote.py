@@ -74,6 +74,7 @@ async def test_remote_kill_node_and_kill_leader_hold_through_kubectl(
     try:
         await asyncio.sleep(0.5)
         remote = RemoteCluster(cluster.coordinator_addresses)
+        remote.client_tls = cluster.client_tls  # the local cluster runs mTLS
         results = await run_remote_drills(
             remote,
             KubectlInjector("lazarus", kubectl=str(kubectl)),

@@ -202,7 +202,7 @@ async def test_an_interrupted_thread_is_seen_and_answered_through_the_api(
     asked = json.loads(task.result.payload)
     assert asked["status"] == "interrupted", asked
     assert asked["interrupts"][0]["value"]["question"] == "approve this answer?"
-    async with Client(cluster.api_addresses()) as client:
+    async with Client(cluster.api_addresses(), tls=cluster.client_tls) as client:
         new_id = await resume(client, record.task_id, "approved by the orchestrator")
     done = await _wait_done(cluster, {new_id}, timeout_s=60)
     answer = json.loads(done[new_id].result.payload)

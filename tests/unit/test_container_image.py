@@ -23,7 +23,10 @@ from lazarus.drill_remote import KubectlInjector
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILES = [ROOT / "deploy" / "Dockerfile", ROOT / "deploy" / "podman" / "service.Containerfile"]
-IMAGE_VALUES = {"image": {"repository": "localhost/lazarus", "tag": "0.1.0"}}
+IMAGE_VALUES = {
+    "image": {"repository": "localhost/lazarus", "tag": "0.1.0"},
+    "tls": {"enabled": False},  # as container_drill.py renders it
+}
 
 
 def _drill_module() -> ModuleType:
@@ -99,7 +102,10 @@ def test_drill_containers_carry_the_charts_security_settings() -> None:
         grace = spec.get("terminationGracePeriodSeconds", 30)  # Kubernetes default
         assert _flag_values(argv, "--stop-timeout") == [str(grace)]
         image = argv[argv.index(pod.container["image"])]
-        assert argv[argv.index(image) + 1 :] == [str(a) for a in pod.container.get("args", [])]
+        env = _env(argv)
+        assert argv[argv.index(image) + 1 :] == [
+            cd.expand(str(a), env) for a in pod.container.get("args", [])
+        ]
         for mount in pod.container.get("volumeMounts", []):
             mounted = [v.split(":")[1] for v in _flag_values(argv, "-v")]
             mounted += [t.split(":")[0] for t in _flag_values(argv, "--tmpfs")]
@@ -119,6 +125,9 @@ def test_drill_environment_is_the_rendered_configmaps_and_downward_api() -> None
             expected |= {"LAZARUS_MEMBER_ID": pod.name, "LAZARUS_ADVERTISE_ADDRESS": pod.ip}
         else:
             expected |= {"LAZARUS_NODE_ID": pod.name}
+        secrets = cd.chart_secrets(objects)  # the in-chart Redis's generated password
+        (redis_auth,) = [name for name in secrets if name.endswith("-redis-auth")]
+        expected |= {"LAZARUS_REDIS_PASSWORD": secrets[redis_auth]["password"]}
         assert env == expected, pod.name
         assert pod.run_argv[-1] == pod.component  # the entrypoint's argument: the sub-command
 
@@ -185,9 +194,15 @@ def test_the_kubectl_stand_in_understands_the_remote_drill() -> None:
 
 
 def test_in_chart_redis_accepts_the_agents_without_the_images_entrypoint() -> None:
-    # `command` replaces the image's entrypoint (the official one turns protected mode
-    # off when no password is set; Debian's redis-server has none): the chart must.
+    # No `command`: the image's entrypoint (if any) stays; Redis requires the generated
+    # password, so protected mode admits remote clients that AUTH with it (Debian's
+    # redis-server too: tests/integration/test_chart_redis.py runs these args).
     pods, _ = _plan(IMAGE_VALUES)
     redis = next(p for p in pods if p.component == "redis")
-    command = redis.container["command"]
-    assert command[command.index("--protected-mode") + 1] == "no"
+    assert "command" not in redis.container
+    argv = redis.run_argv
+    password = argv[argv.index("--requirepass") + 1]
+    assert password
+    assert "$(" not in password  # expanded as the kubelet does
+    agent = next(p for p in pods if p.component == "node-agent")
+    assert _env(agent.run_argv)["LAZARUS_REDIS_PASSWORD"] == password

@@ -38,7 +38,7 @@ KUBE_VERSION = "1.34.0"
 RELEASE = "demo"
 NAMESPACE = "lazarus"
 
-CRD_KINDS = {"ServiceMonitor"}
+CRD_KINDS = {"ServiceMonitor", "Certificate", "Issuer"}
 """Kinds kubernetes_validate has no schema for (CRDs); checked by hand below."""
 
 PENDING_METRICS = {"lazarus_recovery_seconds", "lazarus_reconcile_conflicts_total"}
@@ -47,8 +47,18 @@ PENDING_METRICS = {"lazarus_recovery_seconds", "lazarus_reconcile_conflicts_tota
 COMMAND_OF_CONTAINER = {"coordinator": "coordinator", "node-agent": "node-agent"}
 """Lazarus container name -> the ``lazarus`` sub-command it runs."""
 
+TLS_SECRETS: dict[str, Any] = {
+    "tls": {
+        "existingSecrets": {"coordinator": "lazarus-member-tls", "nodeAgent": "lazarus-node-tls"}
+    }
+}
+"""TLS is on by default and needs a certificate source: every value set but
+``cert-manager`` and ``tls-off`` gets these Secrets (``_values``)."""
+
 VALUE_SETS: dict[str, dict[str, Any]] = {
     "default": {},
+    "cert-manager": {"tls": {"certManager": {"enabled": True}}},
+    "tls-off": {"tls": {"enabled": False}},
     "statefulset-pvc": {
         "nodeAgent": {
             "kind": "StatefulSet",
@@ -108,10 +118,17 @@ def _chart() -> helm.Chart:
     return helm.Chart.load(CHART_DIR)
 
 
+def _values(value_set: str) -> dict[str, Any]:
+    values = copy.deepcopy(VALUE_SETS[value_set])
+    if "tls" not in values:
+        values["tls"] = copy.deepcopy(TLS_SECRETS["tls"])
+    return values
+
+
 @cache
 def _rendered(value_set: str) -> tuple[dict[str, Any], ...]:
     manifests = _chart().render(
-        values=copy.deepcopy(VALUE_SETS[value_set]),
+        values=_values(value_set),
         name=RELEASE,
         namespace=NAMESPACE,
         is_install=True,
@@ -135,7 +152,7 @@ def _one(value_set: str, kind: str, name_suffix: str) -> dict[str, Any]:
 
 
 def _merged(value_set: str) -> dict[str, Any]:
-    return _chart().merge_values(copy.deepcopy(VALUE_SETS[value_set]))
+    return _chart().merge_values(_values(value_set))
 
 
 def _pod_specs(value_set: str) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
@@ -207,7 +224,7 @@ def _snake_env(key: str) -> str:
 def test_helm_lint_is_clean(value_set: str) -> None:
     report = helm.lint(
         CHART_DIR,
-        copy.deepcopy(VALUE_SETS[value_set]),
+        _values(value_set),
         strict=True,
         namespace=NAMESPACE,
         kube_version=f"v{KUBE_VERSION}",
@@ -232,15 +249,18 @@ def test_every_manifest_validates_against_the_kubernetes_schema(value_set: str) 
 
 
 @pytest.mark.parametrize("value_set", sorted(VALUE_SETS))
-def test_coordinator_probes_ask_grpc_health_on_the_grpc_port(value_set: str) -> None:
+def test_coordinator_probes_ask_grpc_health_on_the_health_port(value_set: str) -> None:
     deployment = _one(value_set, "Deployment", "-coordinator")
     values = _merged(value_set)["coordinator"]
     assert deployment["spec"]["replicas"] == values["replicas"]
     (container,) = deployment["spec"]["template"]["spec"]["containers"]
     grpc_port = next(p for p in container["ports"] if p["name"] == "grpc")["containerPort"]
     assert grpc_port == values["grpcPort"]
-    for probe in ("readinessProbe", "livenessProbe"):
-        assert container[probe]["grpc"] == {"port": grpc_port}, probe
+    health_port = next(p for p in container["ports"] if p["name"] == "health")["containerPort"]
+    for probe in ("readinessProbe", "livenessProbe"):  # kubelet's gRPC probe speaks no TLS
+        assert container[probe]["grpc"] == {"port": health_port}, probe
+    health = _container_env(value_set, container)["LAZARUS_HEALTH_LISTEN"]
+    assert health.rpartition(":")[2] == str(values["healthPort"])
     listen = _container_env(value_set, container)["LAZARUS_LISTEN"]
     assert listen.rpartition(":")[2] == str(grpc_port)
     service = _one(value_set, "Service", "-coordinator")
@@ -383,7 +403,7 @@ def test_daemonset_node_agents_keep_data_on_the_host() -> None:
     assert "volumeClaimTemplates" not in ds["spec"]
     (container,) = spec["containers"]
     assert container["livenessProbe"]["httpGet"] == {"path": "/metrics", "port": "metrics"}
-    by_node = copy.deepcopy(VALUE_SETS["daemonset-hostpath"])
+    by_node = _values("daemonset-hostpath")
     by_node["nodeAgent"]["nodeIdFieldPath"] = "spec.nodeName"
     rendered = _chart().render(values=by_node, name=RELEASE, namespace=NAMESPACE)
     (ds_by_node,) = (
@@ -419,11 +439,16 @@ def test_in_chart_etcd_and_redis_by_default() -> None:
     assert (
         envs["node-agent"]["LAZARUS_COORDINATORS"] == f"{coordinator_service}.{NAMESPACE}.svc:7070"
     )
-    for absent in ("LAZARUS_ETCD_USERNAME", "LAZARUS_ETCD_CA_FILE", "LAZARUS_REDIS_PASSWORD"):
+    for absent in ("LAZARUS_ETCD_USERNAME", "LAZARUS_ETCD_CA_FILE"):
         assert absent not in envs["coordinator"]
         assert absent not in envs["node-agent"]
+    secret = _one("default", "Secret", "-redis-auth")
+    assert len(secret["data"]["password"]) >= 32
+    for command in ("coordinator", "node-agent"):  # the generated Redis password
+        assert envs[command]["LAZARUS_REDIS_PASSWORD"] == {
+            "secretKeyRef": {"name": secret["metadata"]["name"], "key": "password"}
+        }
     assert not _objects("default", "ServiceMonitor")
-    assert not _objects("default", "NetworkPolicy")
 
 
 def test_external_stores_get_tls_and_auth_from_secrets() -> None:
@@ -575,9 +600,10 @@ def test_values_schema_accepts_the_value_sets(value_set: str) -> None:
 
 
 def test_notes_say_what_to_do_next() -> None:
-    notes = _chart().render(name=RELEASE, namespace=NAMESPACE, is_install=True)[
-        "lazarus/templates/NOTES.txt"
-    ]
+    notes = _chart().render(
+        values=_values("default"), name=RELEASE, namespace=NAMESPACE, is_install=True
+    )["lazarus/templates/NOTES.txt"]
+    assert "Mutual TLS is on" in notes
     assert "rollout status" in notes
     assert "lazarus drill kill-node --coordinators" in notes
     assert "/metrics" in notes
@@ -618,3 +644,108 @@ def test_dockerfile_runs_as_the_user_the_chart_expects() -> None:
     run_as = _chart().values["podSecurityContext"]["runAsUser"]
     assert users
     assert users[-1].split(":")[0] == str(run_as)
+
+
+# ----------------------------------------------------------------- security
+
+
+def test_installing_without_a_certificate_source_fails_saying_what_to_set() -> None:
+    with pytest.raises(helm.HelmRenderError) as caught:
+        _chart().render(values={}, name=RELEASE, namespace=NAMESPACE, is_install=True)
+    message = str(caught.value)
+    for setting in (
+        "tls.certManager.enabled=true",
+        "tls.existingSecrets.coordinator",
+        "tls.existingSecrets.nodeAgent",
+        "tls.enabled=false",
+    ):
+        assert setting in message
+
+
+@pytest.mark.parametrize("value_set", ["default", "cert-manager"])
+def test_default_render_has_mtls_and_network_policies_on(value_set: str) -> None:
+    envs = {cmd: _container_env(value_set, c) for cmd, c in _lazarus_containers(value_set)}
+    coordinator, agent = envs["coordinator"], envs["node-agent"]
+    assert coordinator["LAZARUS_AUTH"] == "mtls"
+    tls_dir = "/etc/lazarus/tls"
+    assert coordinator["LAZARUS_TLS_CERT_FILE"] == f"{tls_dir}/tls.crt"
+    assert coordinator["LAZARUS_TLS_CLIENT_CA_FILE"] == f"{tls_dir}/ca.crt"
+    assert agent["LAZARUS_TLS_CA_FILE"] == f"{tls_dir}/ca.crt"
+    assert agent["LAZARUS_TLS_CERT_FILE"].startswith(tls_dir)
+    service = _one(value_set, "Service", "-coordinator")["metadata"]["name"]
+    assert agent["LAZARUS_TLS_SERVER_NAME"] == f"{service}.{NAMESPACE}.svc"
+    names = {p["metadata"]["name"].rpartition("-")[2] for p in _objects(value_set, "NetworkPolicy")}
+    assert {"coordinator", "agent", "etcd", "redis"} <= names
+    if value_set == "cert-manager":
+        cert = _one(value_set, "Certificate", "-coordinator-tls")
+        assert f"{service}.{NAMESPACE}.svc" in cert["spec"]["dnsNames"]
+        assert cert["spec"]["uris"][0].startswith("spiffe://lazarus/default/member/")
+        sts = _one(value_set, "StatefulSet", "-node-agent")
+        (tls,) = [v for v in sts["spec"]["template"]["spec"]["volumes"] if v["name"] == "tls"]
+        attributes = tls["csi"]["volumeAttributes"]
+        assert attributes["csi.cert-manager.io/uri-sans"] == (
+            "spiffe://lazarus/default/node/${POD_NAME}"
+        )
+    else:
+        assert agent["LAZARUS_TLS_CERT_FILE"] == f"{tls_dir}/$(LAZARUS_NODE_ID).crt"
+
+
+def test_tls_off_is_spelled_out_as_auth_none() -> None:
+    envs = {cmd: _container_env("tls-off", c) for cmd, c in _lazarus_containers("tls-off")}
+    assert envs["coordinator"]["LAZARUS_AUTH"] == "none"
+    assert "LAZARUS_TLS_CA_FILE" not in envs["node-agent"]
+
+
+def _selects(policy: dict[str, Any], pod_labels: dict[str, str]) -> bool:
+    wanted = policy["spec"]["podSelector"].get("matchLabels", {})
+    return all(pod_labels.get(k) == v for k, v in wanted.items())
+
+
+def _admits(policy: dict[str, Any], source_labels: dict[str, str], port: int) -> bool:
+    for rule in policy["spec"].get("ingress", []):
+        ports = [p["port"] for p in rule.get("ports", [])]
+        if ports and port not in ports:
+            continue
+        peers = rule.get("from")
+        if peers is None:
+            return True
+        for peer in peers:
+            wanted = peer.get("podSelector", {}).get("matchLabels")
+            if (
+                wanted is not None
+                and "namespaceSelector" not in peer
+                and all(source_labels.get(k) == v for k, v in wanted.items())
+            ):
+                return True
+    return False
+
+
+@pytest.mark.parametrize("value_set", ["default", "monitoring-networkpolicy"])
+def test_coordinators_and_agents_reach_the_in_chart_redis_and_etcd_under_the_policy(
+    value_set: str,
+) -> None:
+    def pod_labels(kind: str, suffix: str) -> dict[str, str]:
+        labels: dict[str, str] = _one(value_set, kind, suffix)["spec"]["template"]["metadata"][
+            "labels"
+        ]
+        return labels
+
+    coordinator = pod_labels("Deployment", "-coordinator")
+    agent = pod_labels("StatefulSet", "-node-agent")
+    redis = pod_labels("StatefulSet", "-redis")
+    etcd = pod_labels("StatefulSet", "-etcd")
+    policies = _objects(value_set, "NetworkPolicy")
+
+    def admitted(target: dict[str, str], source: dict[str, str], port: int) -> bool:
+        selecting = [p for p in policies if _selects(p, target)]
+        assert selecting, target
+        return any(_admits(p, source, port) for p in selecting)
+
+    assert admitted(redis, coordinator, 6379)  # GetCheckpoint, ForkTask, the event archive
+    assert admitted(redis, agent, 6379)
+    assert admitted(etcd, coordinator, 2379)
+    assert not admitted(etcd, agent, 2379)
+    grpc_port = _merged(value_set)["coordinator"]["grpcPort"]
+    assert admitted(coordinator, agent, grpc_port)
+    assert admitted(coordinator, coordinator, grpc_port)  # follower -> leader proxying
+    assert not admitted(redis, {"app": "stranger"}, 6379)

@@ -106,7 +106,7 @@ LAZARUS_{{ $key | snakecase | upper }}: {{ include "lazarus.settingValue" $value
 {{- end -}}
 
 {{- define "lazarus.redisAuth" -}}
-{{- if and (not .Values.redis.enabled) .Values.externalRedis.auth.enabled -}}true{{- end -}}
+{{- if or .Values.redis.enabled .Values.externalRedis.auth.enabled -}}true{{- end -}}
 {{- end -}}
 
 {{- define "lazarus.etcdTlsDir" -}}/etc/lazarus/etcd-tls{{- end -}}
@@ -115,4 +115,50 @@ LAZARUS_{{ $key | snakecase | upper }}: {{ include "lazarus.settingValue" $value
 {{/* The coordinators' gRPC Service address, host:port. */}}
 {{- define "lazarus.coordinatorAddress" -}}
 {{- printf "%s.%s.svc:%d" (include "lazarus.componentName" (dict "root" . "component" "coordinator")) .Release.Namespace (int .Values.coordinator.grpcPort) -}}
+{{- end -}}
+
+{{/* Redis AUTH: always for the in-chart Redis (a generated password), or as externalRedis.auth says. */}}
+{{- define "lazarus.redisPasswordSecret" -}}
+{{- if .Values.redis.enabled -}}
+{{- default (printf "%s-auth" (include "lazarus.componentName" (dict "root" . "component" "redis"))) .Values.redis.auth.existingSecret -}}
+{{- else -}}
+{{- required "externalRedis.auth.existingSecret is required with externalRedis.auth.enabled" .Values.externalRedis.auth.existingSecret -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "lazarus.redisPasswordKey" -}}
+{{- if .Values.redis.enabled -}}password{{- else -}}{{ .Values.externalRedis.auth.passwordKey }}{{- end -}}
+{{- end -}}
+
+{{/*
+TLS of the gRPC surfaces: "true" when on. Fails, saying what to set, when TLS
+is on and no certificate source is configured.
+*/}}
+{{- define "lazarus.tls" -}}
+{{- $t := .Values.tls -}}
+{{- if $t.enabled -}}
+{{- if not (or $t.certManager.enabled (and $t.existingSecrets.coordinator $t.existingSecrets.nodeAgent)) -}}
+{{- fail "\n\nTLS and mutual TLS are on by default and need certificates. Set one of:\n  --set tls.certManager.enabled=true   (cert-manager and its csi-driver issue them)\n  --set tls.existingSecrets.coordinator=<secret> --set tls.existingSecrets.nodeAgent=<secret>   (made with `lazarus certs`, see docs/security.md)\nor, for a throwaway evaluation without TLS or authentication:\n  --set tls.enabled=false   (LAZARUS_AUTH=none: anyone who reaches port 7070 may act as any node or operator)\n" -}}
+{{- end -}}
+{{- if and $t.certManager.enabled (ne .Values.nodeAgent.nodeIdFieldPath "metadata.name") -}}
+{{- fail "tls.certManager.enabled issues node certificates per pod name: set nodeAgent.nodeIdFieldPath=metadata.name, or use tls.existingSecrets" -}}
+{{- end -}}
+true
+{{- end -}}
+{{- end -}}
+
+{{- define "lazarus.tlsDir" -}}/etc/lazarus/tls{{- end -}}
+
+{{/* The name verified in coordinators' certificates. */}}
+{{- define "lazarus.tlsServerName" -}}
+{{- default (printf "%s.%s.svc" (include "lazarus.componentName" (dict "root" . "component" "coordinator")) .Release.Namespace) .Values.tls.serverName -}}
+{{- end -}}
+
+{{/* The issuer signing the cluster's certificates (cert-manager). */}}
+{{- define "lazarus.issuerName" -}}
+{{- default (printf "%s-ca" (include "lazarus.fullname" .)) .Values.tls.certManager.issuerRef.name -}}
+{{- end -}}
+
+{{- define "lazarus.issuerKind" -}}
+{{- if .Values.tls.certManager.issuerRef.name -}}{{ .Values.tls.certManager.issuerRef.kind }}{{- else -}}Issuer{{- end -}}
 {{- end -}}

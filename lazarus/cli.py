@@ -379,6 +379,16 @@ def coordinator(
     etcd_endpoint: Annotated[
         str, typer.Option(envvar="LAZARUS_ETCD_ENDPOINT", help="One etcd member, host:port.")
     ] = "127.0.0.1:2379",
+    etcd_endpoints: Annotated[
+        str,
+        typer.Option(
+            envvar="LAZARUS_ETCD_ENDPOINTS",
+            help=(
+                "Every etcd member, host:port,host:port (overrides --etcd-endpoint);"
+                " the client moves off a failed member keeping lease and leadership."
+            ),
+        ),
+    ] = "",
     etcd_timeout_s: Annotated[
         float,
         typer.Option(envvar="LAZARUS_ETCD_TIMEOUT_S", min=0.1, help="Bound on each etcd call."),
@@ -587,6 +597,7 @@ def coordinator(
             redis_password=redis_password,
             redis_ca_file=redis_ca_file,
             etcd_endpoint=etcd_endpoint,
+            etcd_endpoints=tuple(e.strip() for e in etcd_endpoints.split(",") if e.strip()),
             lease_ttl_s=lease_ttl_s,
             etcd_timeout_s=etcd_timeout_s,
             etcd_username=etcd_username,

@@ -79,13 +79,13 @@ from coordinator.core.admission import LagGuard, LagVerdict
 
 __all__ = [
     "DEFAULT_TTL_S",
-    "LAG_SAMPLE_INTERVAL_S",
-    "KeepaliveThread",
     "KEEPALIVES_PER_TTL",
+    "LAG_SAMPLE_INTERVAL_S",
     "RETRY_INTERVAL_S",
     "Election",
     "ElectionError",
     "Fence",
+    "KeepaliveThread",
     "Leader",
     "Leadership",
     "LeadershipLost",
@@ -346,9 +346,7 @@ class _Session:
         self._thread: _KeepaliveThreadRun | None = None
         self._task: asyncio.Task[None] | None = None
         if keepalive is None:
-            self._task = asyncio.create_task(
-                self._keepalive(), name=f"etcd-keepalive-{lease_id:x}"
-            )
+            self._task = asyncio.create_task(self._keepalive(), name=f"etcd-keepalive-{lease_id:x}")
         else:
             self._thread = _KeepaliveThreadRun(self, keepalive, asyncio.get_running_loop())
             self._thread.start()
@@ -364,9 +362,7 @@ class _Session:
         sent_s = time.monotonic()
         lease = await client.lease(ttl_s)
         granted_ttl_s = int(lease.ttl)
-        return cls(
-            client, int(lease.id), granted_ttl_s, sent_s + granted_ttl_s, on_lost, keepalive
-        )
+        return cls(client, int(lease.id), granted_ttl_s, sent_s + granted_ttl_s, on_lost, keepalive)
 
     @property
     def lag_s(self) -> float:

@@ -28,6 +28,7 @@ from grpc_reflection.v1alpha import reflection
 from coordinator.aetcd_compat import TOKEN_RENEWAL_S, RenewingClient, TlsClient, tls_credentials
 from coordinator.api import REDIS_TIMEOUT_S, CoordinatorApi, add_coordinator_service
 from coordinator.core import CoreSettings
+from coordinator.core.admission import AdmissionSettings, ConcurrencyCap
 from coordinator.documents import DocumentObserver, DocumentService, TeeObserver
 from coordinator.election import Election, KeepaliveThread
 from coordinator.etcd_store import EtcdStore, ReadCache, election_prefix
@@ -68,6 +69,8 @@ class ServerSettings:
             lease and the leadership. Host names are resolved once, at start.
         loop_lag_resign_s: the election keepalive runs on its own thread; a
             leader whose event loop lags this long revokes its lease (resigns).
+        admission: Hello rate, Session and orchestrator-RPC caps, outbound
+            queue bound.
         lease_ttl_s: election lease TTL, whole seconds.
         etcd_timeout_s: bound on each etcd request.
         shutdown_grace_s: time open RPCs get to finish on stop.
@@ -97,6 +100,7 @@ class ServerSettings:
     etcd_endpoint: str = "127.0.0.1:2379"
     etcd_endpoints: tuple[str, ...] = ()
     loop_lag_resign_s: float = 5.0
+    admission: AdmissionSettings = field(default_factory=AdmissionSettings)
     lease_ttl_s: int = 3
     etcd_timeout_s: float = 5.0
     shutdown_grace_s: float = 0.5
@@ -171,7 +175,7 @@ class CoordinatorServer:
         client = make_etcd_client(s)
         await client.connect()
         self._client = client
-        server = grpc.aio.server()
+        server = grpc.aio.server(interceptors=[RpcCap(s.admission.max_concurrent_rpcs)])
         bound = server.add_insecure_port(s.listen)
         if bound == 0:
             raise RuntimeError(f"cannot bind {s.listen}")
@@ -192,7 +196,10 @@ class CoordinatorServer:
         runtime = CoordinatorRuntime(
             self.core_settings,
             RuntimeSettings(
-                cluster=s.cluster, member_id=s.member_id, advertise_address=self.address
+                cluster=s.cluster,
+                member_id=s.member_id,
+                advertise_address=self.address,
+                admission=s.admission,
             ),
             election=Election(
                 client,
@@ -315,7 +322,7 @@ def make_etcd_client(settings: ServerSettings) -> aetcd.Client:
     Raises:
         OSError: a CA, certificate or key file cannot be read.
     """
-    options = dict(ETCD_GRPC_OPTIONS)
+    options: dict[str, Any] = dict(ETCD_GRPC_OPTIONS)
     if len(settings.etcd_endpoints) > 1:
         host, port = etcd_target(settings.etcd_endpoints)
         # Every member a subchannel; calls go to those that answer (etcd's own
@@ -385,6 +392,47 @@ def etcd_target(endpoints: tuple[str, ...] | list[str]) -> tuple[str, int]:
         scheme = "ipv4"
     head, _, last_port = joined.rpartition(":")
     return f"{scheme}:{head}", int(last_port)
+
+
+class RpcCap(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+    """Caps the orchestrator's unary RPCs served at once; the rest get RESOURCE_EXHAUSTED.
+
+    Args:
+        limit: most unary CoordinatorService calls in flight.
+    """
+
+    PREFIX = "/lazarus.v1.CoordinatorService/"
+
+    def __init__(self, limit: int) -> None:
+        self.cap = ConcurrencyCap(limit)
+
+    async def intercept_service(self, continuation: Any, handler_call_details: Any) -> Any:
+        handler = await continuation(handler_call_details)
+        if (
+            handler is None
+            or handler.unary_unary is None
+            or not handler_call_details.method.startswith(self.PREFIX)
+        ):
+            return handler
+        inner = handler.unary_unary
+        cap = self.cap
+
+        async def capped(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+            if not cap.acquire():
+                await context.abort(
+                    grpc.StatusCode.RESOURCE_EXHAUSTED,
+                    f"{cap.limit} orchestrator calls in flight; retry with backoff",
+                )
+            try:
+                return await inner(request, context)
+            finally:
+                cap.release()
+
+        return grpc.unary_unary_rpc_method_handler(
+            capped,
+            request_deserializer=handler.request_deserializer,
+            response_serializer=handler.response_serializer,
+        )
 
 
 SERVICE_NAMES = (

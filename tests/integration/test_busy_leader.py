@@ -27,6 +27,7 @@ GRPC_OPTIONS = {"grpc.enable_http_proxy": 0}
 def etcd_client_for(endpoint: Endpoint) -> aetcd.Client:
     return aetcd.Client(host=endpoint.host, port=endpoint.port, timeout=5.0, options=GRPC_OPTIONS)
 
+
 TTL_S = 2
 """Lease TTL of these tests; every block below is longer than it."""
 

@@ -13,8 +13,6 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-import pytest
-
 from coordinator.core import CoreSettings
 from coordinator.server import CoordinatorServer, ServerSettings
 from lazarus.localservers import EtcdCluster

@@ -142,12 +142,11 @@ class AgentSessionService:
                 try:
                     await context.write(item)
                 except asyncio.CancelledError:
-                    if not channel.overflowed:
-                        raise
-                    # Stuck on an agent that does not read: end it now (Channel.put).
                     task = asyncio.current_task()
-                    if task is not None:
-                        task.uncancel()
+                    if not channel.overflowed or task is None or task.cancelling() != 1:
+                        raise  # a real cancellation (the call ended, the server stops)
+                    # Stuck on an agent that does not read: end it now (Channel.put).
+                    task.uncancel()
                     await context.abort(
                         grpc.StatusCode.RESOURCE_EXHAUSTED,
                         "the agent does not read its stream; reconnect",

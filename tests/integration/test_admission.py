@@ -30,6 +30,8 @@ CHANNEL_OPTIONS = [("grpc.enable_http_proxy", 0), ("grpc.use_local_subchannel_po
 
 StartLeader = Callable[[AdmissionSettings], Awaitable[CoordinatorServer]]
 
+pytestmark = pytest.mark.timeout(90)
+
 
 @pytest.fixture
 async def start_leader(etcd: Any, redis_server: Any) -> AsyncIterator[StartLeader]:

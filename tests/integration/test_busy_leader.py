@@ -19,7 +19,7 @@ import pytest
 from coordinator.election import Election, KeepaliveThread, LossReason
 from lazarus.localservers import Endpoint, EtcdServer
 
-pytestmark = pytest.mark.asyncio
+pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(90)]
 
 GRPC_OPTIONS = {"grpc.enable_http_proxy": 0}
 

@@ -13,9 +13,13 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+import pytest
+
 from coordinator.core import CoreSettings
 from coordinator.server import CoordinatorServer, ServerSettings
 from lazarus.localservers import EtcdCluster
+
+pytestmark = pytest.mark.timeout(90)
 
 FAST = CoreSettings(heartbeat_interval_s=0.2, dead_after_s=2.0, fence_after_s=1.0)
 WATCH_S = 8.0

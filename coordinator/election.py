@@ -61,8 +61,10 @@ reopen it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 import logging
+import threading
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass, replace
@@ -73,14 +75,17 @@ import aetcd
 import aetcd.utils
 
 from coordinator.aetcd_compat import cancel_watch, open_watch, stop_task
+from coordinator.core.admission import LagGuard, LagVerdict
 
 __all__ = [
     "DEFAULT_TTL_S",
     "KEEPALIVES_PER_TTL",
+    "LAG_SAMPLE_INTERVAL_S",
     "RETRY_INTERVAL_S",
     "Election",
     "ElectionError",
     "Fence",
+    "KeepaliveThread",
     "Leader",
     "Leadership",
     "LeadershipLost",
@@ -100,6 +105,9 @@ RETRY_INTERVAL_S = 0.2
 
 CLEANUP_TIMEOUT_S = 2.0
 """Bound on best-effort cleanup calls (revoke, delete) made while giving up."""
+
+LAG_SAMPLE_INTERVAL_S = 0.1
+"""How often the keepalive thread measures the event loop's lag."""
 
 _log = logging.getLogger(__name__)
 
@@ -130,6 +138,8 @@ class LossReason(enum.Enum):
     """A transaction comparing the term failed: the key is gone or is another campaign's."""
     RESIGNED = "resigned"
     """We resigned or closed the election."""
+    LOOP_LAGGED = "loop_lagged"
+    """The event loop lagged past the lag guard's bound: the lease was revoked (resigned)."""
 
 
 class ElectionError(Exception):
@@ -323,6 +333,7 @@ class _Session:
         ttl_s: int,
         deadline_s: float,
         on_lost: Callable[[LossReason], None],
+        keepalive: KeepaliveThread | None = None,
     ) -> None:
         self.client = client
         self.lease_id = lease_id
@@ -332,16 +343,31 @@ class _Session:
         self._deadline_s = deadline_s
         self._on_lost = on_lost
         self._closed = False
-        self._task = asyncio.create_task(self._keepalive(), name=f"etcd-keepalive-{lease_id:x}")
+        self._thread: _KeepaliveThreadRun | None = None
+        self._task: asyncio.Task[None] | None = None
+        if keepalive is None:
+            self._task = asyncio.create_task(self._keepalive(), name=f"etcd-keepalive-{lease_id:x}")
+        else:
+            self._thread = _KeepaliveThreadRun(self, keepalive, asyncio.get_running_loop())
+            self._thread.start()
 
     @classmethod
     async def grant(
-        cls, client: aetcd.Client, ttl_s: int, on_lost: Callable[[LossReason], None]
+        cls,
+        client: aetcd.Client,
+        ttl_s: int,
+        on_lost: Callable[[LossReason], None],
+        keepalive: KeepaliveThread | None = None,
     ) -> _Session:
         sent_s = time.monotonic()
         lease = await client.lease(ttl_s)
         granted_ttl_s = int(lease.ttl)
-        return cls(client, int(lease.id), granted_ttl_s, sent_s + granted_ttl_s, on_lost)
+        return cls(client, int(lease.id), granted_ttl_s, sent_s + granted_ttl_s, on_lost, keepalive)
+
+    @property
+    def lag_s(self) -> float:
+        """The event loop's lag last measured by the keepalive thread (0 without one)."""
+        return self._thread.lag_s if self._thread is not None else 0.0
 
     @property
     def alive(self) -> bool:
@@ -400,7 +426,10 @@ class _Session:
         if not was_lost:
             self.lost_reason = LossReason.RESIGNED
             self.lost_event.set()
-        await stop_task(self._task)
+        if self._task is not None:
+            await stop_task(self._task)
+        if self._thread is not None:
+            await self._thread.stop()
         if not revoke or was_lost:
             return
         try:
@@ -415,6 +444,155 @@ class _Session:
             )
 
 
+@dataclass(frozen=True, slots=True)
+class KeepaliveThread:
+    """Run a lease's keepalive on its own thread and event loop, with a lag guard.
+
+    A saturated event loop (a flood of Hellos or reads, a long step) cannot
+    then starve the keepalive: the lease outlives any lag below the guard's
+    bound, and a lag past it revokes the lease from the thread (a clean,
+    fast failover, ``LOOP_LAGGED``) even while the loop itself cannot run.
+
+    Attributes:
+        client_factory: makes an unconnected etcd client for the thread (its
+            own gRPC channel; the same endpoints and credentials).
+        degraded_after_lag_s: lag from which the leader is reported degraded.
+        resign_after_lag_s: lag from which the lease is revoked.
+    """
+
+    client_factory: Callable[[], aetcd.Client]
+    degraded_after_lag_s: float = 0.5
+    resign_after_lag_s: float = 5.0
+
+
+class _KeepaliveThreadRun:
+    """One session's keepalive thread (see :class:`KeepaliveThread`)."""
+
+    def __init__(
+        self, session: _Session, spec: KeepaliveThread, main_loop: asyncio.AbstractEventLoop
+    ) -> None:
+        self._session = session
+        self._spec = spec
+        self._main_loop = main_loop
+        self._guard = LagGuard(spec.degraded_after_lag_s, spec.resign_after_lag_s)
+        self._stopping = threading.Event()
+        self._ping_posted_s: float | None = None
+        self.lag_s = 0.0
+        self._degraded = False
+        self._thread = threading.Thread(
+            target=self._run, name=f"etcd-keepalive-{session.lease_id:x}", daemon=True
+        )
+
+    def start(self) -> None:
+        self._thread.start()
+
+    async def stop(self) -> None:
+        self._stopping.set()
+        await asyncio.to_thread(self._thread.join, CLEANUP_TIMEOUT_S + 1.0)
+
+    # ---------------------------------------------------------------- in the thread
+
+    def _run(self) -> None:
+        try:
+            asyncio.run(self._main())
+        except Exception as exc:  # never silently: the lease then runs out
+            _log.error("lease %x keepalive thread failed: %r", self._session.lease_id, exc)
+
+    async def _main(self) -> None:
+        client = self._spec.client_factory()
+        await client.connect()
+        try:
+            jobs = [
+                asyncio.create_task(self._keepalive(client)),
+                asyncio.create_task(self._watch_lag(client)),
+            ]
+            while not self._stopping.is_set() and not any(j.done() for j in jobs):
+                await asyncio.sleep(LAG_SAMPLE_INTERVAL_S / 2)
+            for job in jobs:
+                job.cancel()
+            await asyncio.gather(*jobs, return_exceptions=True)
+        finally:
+            with contextlib.suppress(Exception):
+                await client.close()
+
+    def _report(self, reason: LossReason) -> None:
+        with contextlib.suppress(RuntimeError):  # the main loop is closed: nobody to tell
+            self._main_loop.call_soon_threadsafe(self._session._lose, reason)
+
+    def _pong(self) -> None:
+        self._ping_posted_s = None
+
+    async def _keepalive(self, client: aetcd.Client) -> None:
+        session = self._session
+        interval_s = session.ttl_s / KEEPALIVES_PER_TTL
+        failures = 0
+        while not self._stopping.is_set():
+            sent_s = time.monotonic()
+            remaining_s = session._deadline_s - sent_s
+            if remaining_s <= 0:
+                self._report(LossReason.LEASE_DEADLINE_PASSED)
+                return
+            try:
+                async with asyncio.timeout(min(interval_s, remaining_s)):
+                    reply = await client.refresh_lease(session.lease_id)
+            except Exception as exc:
+                failures += 1
+                if failures == 1:
+                    _log.warning(
+                        "lease %x keepalive failed (%r); retrying until the lease deadline "
+                        "in %.2f s",
+                        session.lease_id,
+                        exc,
+                        remaining_s,
+                    )
+                pause_s = min(RETRY_INTERVAL_S, session._deadline_s - time.monotonic())
+                await asyncio.sleep(max(0.0, pause_s))
+                continue
+            granted_ttl_s = int(reply.TTL) if reply is not None else 0
+            if granted_ttl_s <= 0:
+                self._report(LossReason.LEASE_EXPIRED)
+                return
+            if failures:
+                _log.info("lease %x keepalive back after %d failures", session.lease_id, failures)
+                failures = 0
+            session._deadline_s = sent_s + granted_ttl_s
+            await asyncio.sleep(interval_s)
+
+    async def _watch_lag(self, client: aetcd.Client) -> None:
+        session = self._session
+        while not self._stopping.is_set():
+            now_s = time.monotonic()
+            if self._ping_posted_s is None:
+                self._ping_posted_s = now_s
+                with contextlib.suppress(RuntimeError):
+                    self._main_loop.call_soon_threadsafe(self._pong)
+            posted_s = self._ping_posted_s
+            self.lag_s = 0.0 if posted_s is None else max(0.0, now_s - posted_s)
+            verdict = self._guard.observe(self.lag_s)
+            if verdict is LagVerdict.RESIGN:
+                _log.error(
+                    "lease %x: the event loop lags %.2f s (bound %.2f s); revoking the lease",
+                    session.lease_id,
+                    self.lag_s,
+                    self._spec.resign_after_lag_s,
+                )
+                with contextlib.suppress(Exception):
+                    async with asyncio.timeout(CLEANUP_TIMEOUT_S):
+                        await client.revoke_lease(session.lease_id)
+                self._report(LossReason.LOOP_LAGGED)
+                return
+            degraded = verdict is LagVerdict.DEGRADED
+            if degraded != self._degraded:
+                self._degraded = degraded
+                _log.warning(
+                    "lease %x: event loop %s (lag %.2f s)",
+                    session.lease_id,
+                    "degraded" if degraded else "back to normal",
+                    self.lag_s,
+                )
+            await asyncio.sleep(LAG_SAMPLE_INTERVAL_S)
+
+
 class Election:
     """One campaigner in the election under ``prefix``; the verbs of Go's ``concurrency.Election``.
 
@@ -425,12 +603,21 @@ class Election:
             same string ``etcdctl elect`` is given. Keys are ``<prefix>/<hex>``.
         ttl_s: lease TTL in whole seconds (etcd may grant more: its floor is
             1.5 raft election timeouts).
+        keepalive: run each lease's keepalive on its own thread with a lag
+            guard (None: a task on the caller's event loop).
 
     Raises:
         ValueError: empty ``prefix`` or ``ttl_s`` < 1.
     """
 
-    def __init__(self, client: aetcd.Client, prefix: str, *, ttl_s: int = DEFAULT_TTL_S) -> None:
+    def __init__(
+        self,
+        client: aetcd.Client,
+        prefix: str,
+        *,
+        ttl_s: int = DEFAULT_TTL_S,
+        keepalive: KeepaliveThread | None = None,
+    ) -> None:
         if not prefix:
             raise ValueError("the election prefix must not be empty")
         if ttl_s < 1:
@@ -439,6 +626,7 @@ class Election:
         self._prefix = prefix
         self._key_prefix = (prefix + "/").encode()
         self._ttl_s = ttl_s
+        self._keepalive = keepalive
         self._session: _Session | None = None
         self._leadership: Leadership | None = None
         self._monitor: asyncio.Task[None] | None = None
@@ -458,6 +646,12 @@ class Election:
         """The id of this campaigner's live lease, or None before a campaign / after loss."""
         session = self._session
         return session.lease_id if session is not None and session.alive else None
+
+    @property
+    def loop_lag_s(self) -> float:
+        """The event loop's lag as the keepalive thread last measured it (0 without one)."""
+        session = self._session
+        return session.lag_s if session is not None else 0.0
 
     @property
     def leadership(self) -> Leadership | None:
@@ -656,7 +850,9 @@ class Election:
             return session
         if session is not None:
             await session.close(revoke=False)
-        self._session = await _Session.grant(self._client, self._ttl_s, self._on_session_lost)
+        self._session = await _Session.grant(
+            self._client, self._ttl_s, self._on_session_lost, self._keepalive
+        )
         _log.info("lease %x granted, ttl %d s", self._session.lease_id, self._session.ttl_s)
         return self._session
 

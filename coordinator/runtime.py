@@ -71,6 +71,7 @@ from coordinator.core import (
     TaskRecord,
     Tick,
 )
+from coordinator.core.admission import AdmissionSettings, HelloAdmission
 from coordinator.core.commands import batched
 from coordinator.core.notices import IdentityConflict
 from coordinator.election import Election, Leadership
@@ -136,6 +137,7 @@ class RuntimeSettings:
         advertise_address: host:port node agents and peers dial (election value).
         max_message_bytes: announced in Welcome (0: unspecified).
         max_payload_bytes: announced in Welcome (0: unspecified).
+        admission: Hello rate, Session cap, outbound queue bound.
     """
 
     cluster: str
@@ -143,6 +145,7 @@ class RuntimeSettings:
     advertise_address: str
     max_message_bytes: int = 0
     max_payload_bytes: int = 0
+    admission: AdmissionSettings = dataclasses.field(default_factory=AdmissionSettings)
 
 
 class Observer(Protocol):
@@ -210,18 +213,45 @@ class Channel:
         hello_seen: a Hello was translated on this stream.
     """
 
-    def __init__(self, session_id: str) -> None:
+    def __init__(self, session_id: str, max_outbound_messages: int = 10_000) -> None:
         self.session_id = session_id
         self.node_id = ""
         self.hello_seen = False
         self._queue: asyncio.Queue[Outbound] = asyncio.Queue()
         self._echoes: collections.OrderedDict[int, tuple[int, int]] = collections.OrderedDict()
+        self._max_outbound = max_outbound_messages
         self.closed = False
+        self.overflowed = False
+        """True once the agent stopped reading and the stream was closed for it."""
+        self.writer: asyncio.Task[Any] | None = None
+        """The task writing this stream (cancelled when it is stuck on a full stream)."""
+        self.writing = False
 
     def put(self, message: agent_pb2.CoordinatorMessage) -> None:
-        """Queue a message for the stream (dropped once the stream is closing)."""
-        if not self.closed:
+        """Queue a message for the stream (dropped once the stream is closing).
+
+        An agent that does not read leaves messages queued; once
+        ``max_outbound_messages`` wait, the queue is dropped and the stream
+        ends with RESOURCE_EXHAUSTED at once (the write it is stuck in is
+        cancelled): never buffered without limit.
+        """
+        if self.closed:
+            return
+        if self._queue.qsize() < self._max_outbound:
             self._queue.put_nowait(message)
+            return
+        self.overflowed = True
+        self.closed = True
+        while not self._queue.empty():
+            self._queue.get_nowait()
+        self._queue.put_nowait(
+            Close(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"{self._max_outbound} messages unread: the agent does not read its stream",
+            )
+        )
+        if self.writing and self.writer is not None:
+            self.writer.cancel()
 
     def close(self, code: grpc.StatusCode, reason: str) -> None:
         """Queue the end of the stream with a status; later messages are dropped."""
@@ -292,6 +322,9 @@ class CoordinatorRuntime:
         self._last_now_s = float("-inf")
         self._background: set[asyncio.Task[None]] = set()
         self.leader_changes = 0
+        self._hellos = HelloAdmission(
+            settings.admission.hello_rate_per_s, settings.admission.hello_burst
+        )
 
     # ------------------------------------------------------------------ state
 
@@ -640,9 +673,26 @@ class CoordinatorRuntime:
 
     def open_channel(self) -> Channel:
         """Register a new Session stream and give it a fresh session id."""
-        channel = Channel(uuid.uuid4().hex)
+        channel = Channel(uuid.uuid4().hex, self.settings.admission.max_outbound_messages)
         self._channels[channel.session_id] = channel
         return channel
+
+    def admit_session(self) -> tuple[grpc.StatusCode, float] | None:
+        """Whether a new Session may open now (admission control, issue 16).
+
+        Returns:
+            None when admitted; else the status to end it with and the delay
+            (seconds) to tell the agent to come back after: RESOURCE_EXHAUSTED
+            past ``max_sessions``, UNAVAILABLE when Hellos arrive over the
+            admitted rate (the delay spreads them at that rate).
+        """
+        admission = self.settings.admission
+        if len(self._channels) >= admission.max_sessions:
+            return grpc.StatusCode.RESOURCE_EXHAUSTED, 1.0
+        delay_s = self._hellos.admit(self._now())
+        if delay_s > 0:
+            return grpc.StatusCode.UNAVAILABLE, delay_s
+        return None
 
     def release_channel(self, channel: Channel) -> None:
         """The stream is over: forget it (the servicer feeds SessionClosed first)."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import logging
 import socket
 from dataclasses import dataclass, field
@@ -28,8 +29,9 @@ from coordinator.aetcd_compat import TOKEN_RENEWAL_S, RenewingClient, TlsClient,
 from coordinator.api import REDIS_TIMEOUT_S, CoordinatorApi, add_coordinator_service
 from coordinator.auth import AuthInterceptor, TokenFile, warn_auth_none
 from coordinator.core import CoreSettings
+from coordinator.core.admission import AdmissionSettings, ConcurrencyCap
 from coordinator.documents import DocumentObserver, DocumentService, TeeObserver
-from coordinator.election import Election
+from coordinator.election import Election, KeepaliveThread
 from coordinator.etcd_store import EtcdStore, ReadCache, election_prefix
 from coordinator.eventarchive import EventArchive
 from coordinator.members import MemberRegistry
@@ -63,6 +65,14 @@ class ServerSettings:
         advertise_address: host:port others dial ("": the bound listen address,
             with a wildcard host replaced by this host's name).
         etcd_endpoint: host:port of one etcd member.
+        etcd_endpoints: host:port of every etcd member (overrides
+            ``etcd_endpoint`` when given): the client spreads its calls over
+            those that answer and moves off a member that fails, keeping the
+            lease and the leadership. Host names are resolved once, at start.
+        loop_lag_resign_s: the election keepalive runs on its own thread; a
+            leader whose event loop lags this long revokes its lease (resigns).
+        admission: Hello rate, Session and orchestrator-RPC caps, outbound
+            queue bound.
         lease_ttl_s: election lease TTL, whole seconds.
         etcd_timeout_s: bound on each etcd request.
         shutdown_grace_s: time open RPCs get to finish on stop.
@@ -105,6 +115,9 @@ class ServerSettings:
     listen: str = "127.0.0.1:0"
     advertise_address: str = ""
     etcd_endpoint: str = "127.0.0.1:2379"
+    etcd_endpoints: tuple[str, ...] = ()
+    loop_lag_resign_s: float = 5.0
+    admission: AdmissionSettings = field(default_factory=AdmissionSettings)
     lease_ttl_s: int = 3
     etcd_timeout_s: float = 5.0
     shutdown_grace_s: float = 0.5
@@ -143,6 +156,8 @@ class ServerSettings:
             raise ValueError("give both etcd username and password, or neither")
         if bool(self.etcd_cert_file) != bool(self.etcd_key_file):
             raise ValueError("give both etcd cert file and key file, or neither")
+        if self.loop_lag_resign_s <= 0.5:
+            raise ValueError("the loop lag bound must be above 0.5 s")
         if self.etcd_token_renewal_s <= 0:
             raise ValueError("the etcd token renewal period must be positive")
 
@@ -218,9 +233,19 @@ class CoordinatorServer:
         runtime = CoordinatorRuntime(
             self.core_settings,
             RuntimeSettings(
-                cluster=s.cluster, member_id=s.member_id, advertise_address=self.address
+                cluster=s.cluster,
+                member_id=s.member_id,
+                advertise_address=self.address,
+                admission=s.admission,
             ),
-            election=Election(client, election_prefix(s.cluster), ttl_s=s.lease_ttl_s),
+            election=Election(
+                client,
+                election_prefix(s.cluster),
+                ttl_s=s.lease_ttl_s,
+                keepalive=KeepaliveThread(
+                    lambda: make_etcd_client(s), resign_after_lag_s=s.loop_lag_resign_s
+                ),
+            ),
             store=store,
             seed=self._seed,
             observer=TeeObserver(observer, documents),
@@ -283,7 +308,7 @@ class CoordinatorServer:
             s.member_id,
             self.address,
             s.cluster,
-            s.etcd_endpoint,
+            ",".join(s.etcd_endpoints) or s.etcd_endpoint,
         )
 
     def _bind(self) -> tuple[grpc.aio.Server, int]:
@@ -297,8 +322,9 @@ class CoordinatorServer:
             OSError: a certificate file cannot be read.
         """
         s = self.settings
+        cap = RpcCap(s.admission.max_concurrent_rpcs)  # orchestrator calls in flight
         if s.auth == "none":
-            server = grpc.aio.server()
+            server = grpc.aio.server(interceptors=[cap])
             return server, server.add_insecure_port(s.listen)
         registry = getattr(self._observer, "registry", None)
         interceptor = AuthInterceptor(
@@ -307,7 +333,7 @@ class CoordinatorServer:
             reflection=s.reflection,
             registry=registry,
         )
-        server = grpc.aio.server(interceptors=[interceptor])
+        server = grpc.aio.server(interceptors=[interceptor, cap])
         self.server_tls = ServerTls(s.tls_cert_file, s.tls_key_file, s.tls_client_ca_file)
         bound = server.add_secure_port(s.listen, self.server_tls.credentials())
         if s.token_listen:
@@ -386,14 +412,23 @@ def make_etcd_client(settings: ServerSettings) -> aetcd.Client:
     Raises:
         OSError: a CA, certificate or key file cannot be read.
     """
-    host, _, port = settings.etcd_endpoint.rpartition(":")
+    options: dict[str, Any] = dict(ETCD_GRPC_OPTIONS)
+    if len(settings.etcd_endpoints) > 1:
+        host, port = etcd_target(settings.etcd_endpoints)
+        # Every member a subchannel; calls go to those that answer (etcd's own
+        # Go client balances the same way), so a dead member costs a retry.
+        options["grpc.lb_policy_name"] = "round_robin"
+    else:
+        endpoint = settings.etcd_endpoints[0] if settings.etcd_endpoints else settings.etcd_endpoint
+        host, _, port_text = endpoint.rpartition(":")
+        port = int(port_text)
     common: dict[str, Any] = {
         "host": host,
-        "port": int(port),
+        "port": port,
         "username": settings.etcd_username or None,
         "password": settings.etcd_password or None,
         "timeout": settings.etcd_timeout_s,
-        "options": ETCD_GRPC_OPTIONS,
+        "options": options,
     }
     if settings.etcd_tls:
         return TlsClient(
@@ -406,6 +441,88 @@ def make_etcd_client(settings: ServerSettings) -> aetcd.Client:
     if settings.etcd_username:
         return RenewingClient(**common, token_renewal_s=settings.etcd_token_renewal_s)
     return aetcd.Client(**common)
+
+
+def etcd_target(endpoints: tuple[str, ...] | list[str]) -> tuple[str, int]:
+    """The (host, port) pair aetcd joins into one gRPC target naming every member.
+
+    aetcd dials ``f"{host}:{port}"``; gRPC's ``ipv4:`` / ``ipv6:`` schemes take
+    a comma-separated address list, so the host part carries all members but
+    the last one's port. Names are resolved here, once.
+
+    Args:
+        endpoints: ``host:port`` of each member (IPv6 hosts in brackets).
+
+    Returns:
+        The host and port to give ``aetcd.Client``.
+
+    Raises:
+        ValueError: an endpoint without a port, or mixing IPv4 and IPv6.
+    """
+    addresses: list[tuple[str, int]] = []
+    for endpoint in endpoints:
+        host, sep, port_text = endpoint.strip().rpartition(":")
+        if not sep or not port_text.isdigit():
+            raise ValueError(f"etcd endpoint {endpoint!r}: expected host:port")
+        host = host.strip("[]")
+        try:
+            ip = ipaddress.ip_address(host)
+        except ValueError:
+            info = socket.getaddrinfo(host, int(port_text), type=socket.SOCK_STREAM)
+            ip = ipaddress.ip_address(info[0][4][0])
+        addresses.append((str(ip), int(port_text)))
+    families = {ipaddress.ip_address(ip).version for ip, _ in addresses}
+    if len(families) != 1:
+        raise ValueError("etcd endpoints mix IPv4 and IPv6 addresses")
+    if families == {6}:
+        joined = ",".join(f"[{ip}]:{port}" for ip, port in addresses)
+        scheme = "ipv6"
+    else:
+        joined = ",".join(f"{ip}:{port}" for ip, port in addresses)
+        scheme = "ipv4"
+    head, _, last_port = joined.rpartition(":")
+    return f"{scheme}:{head}", int(last_port)
+
+
+class RpcCap(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+    """Caps the orchestrator's unary RPCs served at once; the rest get RESOURCE_EXHAUSTED.
+
+    Args:
+        limit: most unary CoordinatorService calls in flight.
+    """
+
+    PREFIX = "/lazarus.v1.CoordinatorService/"
+
+    def __init__(self, limit: int) -> None:
+        self.cap = ConcurrencyCap(limit)
+
+    async def intercept_service(self, continuation: Any, handler_call_details: Any) -> Any:
+        handler = await continuation(handler_call_details)
+        if (
+            handler is None
+            or handler.unary_unary is None
+            or not handler_call_details.method.startswith(self.PREFIX)
+        ):
+            return handler
+        inner = handler.unary_unary
+        cap = self.cap
+
+        async def capped(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+            if not cap.acquire():
+                await context.abort(
+                    grpc.StatusCode.RESOURCE_EXHAUSTED,
+                    f"{cap.limit} orchestrator calls in flight; retry with backoff",
+                )
+            try:
+                return await inner(request, context)
+            finally:
+                cap.release()
+
+        return grpc.unary_unary_rpc_method_handler(
+            capped,
+            request_deserializer=handler.request_deserializer,
+            response_serializer=handler.response_serializer,
+        )
 
 
 SERVICE_NAMES = (

@@ -16,8 +16,15 @@ agent.proto's contract says: bytes that do not parse as an ``AgentMessage``,
 fields this coordinator does not know (the message names the field path), a
 first message that is not a Hello, a message without a body, a TaskUpdate
 without a change. An unsupported ``Hello.protocol_version`` is
-FAILED_PRECONDITION. A replica that does not lead writes ``NotLeader`` (the
-leader's address read from the election) and ends with UNAVAILABLE.
+FAILED_PRECONDITION. A replica that does not lead reads the Hello, then
+writes ``NotLeader`` (the leader's address read from the election, or none
+yet with ``retry_after_ms``) and ends with UNAVAILABLE.
+
+Admission control (issue 16): a leader past ``max_sessions`` or receiving
+Hellos over its admitted rate answers ``NotLeader`` naming itself with a
+``retry_after_ms`` (RESOURCE_EXHAUSTED / UNAVAILABLE); the agent honours the
+delay without growing its backoff. The outbound queue of a Session is
+bounded: an agent that does not read is closed with RESOURCE_EXHAUSTED.
 
 Shared-document messages (DocumentInterest, DeltaBatch, DeltaAck,
 StateVectorReport) go to the ``coordinator.documents.DocumentService`` when
@@ -114,9 +121,14 @@ class AgentSessionService:
         """One node agent's Session; see the module docstring for the statuses."""
         runtime = self._runtime
         if not runtime.leading:
-            await self._not_leader(context)
+            await self._not_leader(request_iterator, context)
+            return
+        refused = runtime.admit_session()
+        if refused is not None:
+            await self._defer(request_iterator, context, *refused)
             return
         channel = runtime.open_channel()
+        channel.writer = asyncio.current_task()
         reader = asyncio.create_task(self._read(request_iterator, channel))
         try:
             while True:
@@ -126,7 +138,22 @@ class AgentSessionService:
                 if isinstance(item, Close):
                     await context.abort(item.code, item.reason)
                     return
-                await context.write(item)
+                channel.writing = True
+                try:
+                    await context.write(item)
+                except asyncio.CancelledError:
+                    task = asyncio.current_task()
+                    if not channel.overflowed or task is None or task.cancelling() != 1:
+                        raise  # a real cancellation (the call ended, the server stops)
+                    # Stuck on an agent that does not read: end it now (Channel.put).
+                    task.uncancel()
+                    await context.abort(
+                        grpc.StatusCode.RESOURCE_EXHAUSTED,
+                        "the agent does not read its stream; reconnect",
+                    )
+                    return
+                finally:
+                    channel.writing = False
         finally:
             reader.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -141,7 +168,10 @@ class AgentSessionService:
                     self._documents.detached(channel)
             runtime.release_channel(channel)
 
-    async def _not_leader(self, context: grpc.aio.ServicerContext[Any, Any]) -> None:
+    async def _not_leader(
+        self, requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext[Any, Any]
+    ) -> None:
+        await _first_message(requests)
         leader = None
         with contextlib.suppress(Exception):
             leader = await self._runtime.election.leader()
@@ -157,8 +187,31 @@ class AgentSessionService:
                 )
             )
         )
-        where = f"the leader is at {address}" if address else "no leader is known"
+        where = f"the leader is at {address}" if address else "no leader yet, retry in 200 ms"
         await context.abort(grpc.StatusCode.UNAVAILABLE, f"not the leader; {where}")
+
+    async def _defer(
+        self,
+        requests: AsyncIterator[bytes],
+        context: grpc.aio.ServicerContext[Any, Any],
+        code: grpc.StatusCode,
+        retry_after_s: float,
+    ) -> None:
+        """Admission refused: NotLeader naming this replica, come back after a delay."""
+        await _first_message(requests)
+        retry_after_ms = max(1, int(retry_after_s * 1000))
+        runtime = self._runtime
+        await context.write(
+            agent_pb2.CoordinatorMessage(
+                not_leader=agent_pb2.NotLeader(
+                    leader_id=runtime.settings.member_id,
+                    leader_address=runtime.settings.advertise_address,
+                    term=runtime.leadership.term if runtime.leadership is not None else 0,
+                    retry_after_ms=retry_after_ms,
+                )
+            )
+        )
+        await context.abort(code, f"busy: Hello deferred; retry in {retry_after_ms} ms")
 
     async def _read(self, requests: AsyncIterator[bytes], channel: Channel) -> None:
         """Parse and queue the stream's messages, pipelined.
@@ -287,6 +340,23 @@ class AgentSessionService:
     def _heartbeat_stepped(self, node_id: str, future: asyncio.Future[bool]) -> None:
         if not future.cancelled() and future.exception() is None and future.result():
             self._runtime.observer.heartbeat_received(node_id, self._runtime.now_s())
+
+
+FIRST_MESSAGE_TIMEOUT_S = 1.0
+"""How long a refusing replica waits for the agent's Hello before answering anyway."""
+
+
+async def _first_message(requests: AsyncIterator[bytes]) -> None:
+    """Wait (bounded) until the agent's first message arrived.
+
+    A reply written and the call ended before the client finished writing its
+    Hello turns, in grpc-python's aio client, into ``INTERNAL: Internal error
+    from Core`` and the NotLeader message is lost (grpc issue #36066): read
+    the Hello first, then answer.
+    """
+    with contextlib.suppress(Exception):
+        async with asyncio.timeout(FIRST_MESSAGE_TIMEOUT_S):
+            await anext(aiter(requests))
 
 
 def _outcome(future: asyncio.Future[bool], channel: Channel) -> tuple[grpc.StatusCode, str] | None:

@@ -441,6 +441,16 @@ def coordinator(
     etcd_endpoint: Annotated[
         str, typer.Option(envvar="LAZARUS_ETCD_ENDPOINT", help="One etcd member, host:port.")
     ] = "127.0.0.1:2379",
+    etcd_endpoints: Annotated[
+        str,
+        typer.Option(
+            envvar="LAZARUS_ETCD_ENDPOINTS",
+            help=(
+                "Every etcd member, host:port,host:port (overrides --etcd-endpoint);"
+                " the client moves off a failed member keeping lease and leadership."
+            ),
+        ),
+    ] = "",
     etcd_timeout_s: Annotated[
         float,
         typer.Option(envvar="LAZARUS_ETCD_TIMEOUT_S", min=0.1, help="Bound on each etcd call."),
@@ -576,6 +586,42 @@ def coordinator(
             envvar="LAZARUS_MAX_ASSIGNMENTS_PER_ROUND", help="Placements per step at most."
         ),
     ] = _CORE.max_assignments_per_round,
+    failover_reconnect_s: Annotated[
+        float,
+        typer.Option(
+            envvar="LAZARUS_FAILOVER_RECONNECT_S",
+            min=0.0,
+            help="A new leader's extra grace beyond dead_after for nodes to reconnect.",
+        ),
+    ] = 7.0,
+    loop_lag_resign_s: Annotated[
+        float,
+        typer.Option(
+            envvar="LAZARUS_LOOP_LAG_RESIGN_S",
+            min=0.6,
+            help="Resign leadership when the event loop lags this long, seconds.",
+        ),
+    ] = 5.0,
+    hello_rate_per_s: Annotated[
+        float,
+        typer.Option(
+            envvar="LAZARUS_HELLO_RATE_PER_S",
+            min=1.0,
+            help="Session Hellos admitted per second past the burst; others retry later.",
+        ),
+    ] = 500.0,
+    max_sessions: Annotated[
+        int,
+        typer.Option(envvar="LAZARUS_MAX_SESSIONS", min=1, help="Open Sessions per replica."),
+    ] = 20_000,
+    max_concurrent_rpcs: Annotated[
+        int,
+        typer.Option(
+            envvar="LAZARUS_MAX_CONCURRENT_RPCS",
+            min=1,
+            help="Orchestrator RPCs served at once; more answer RESOURCE_EXHAUSTED.",
+        ),
+    ] = 64,
     seed: Annotated[
         int | None, typer.Option(envvar="LAZARUS_SEED", help="Core random seed (default random).")
     ] = None,
@@ -641,6 +687,7 @@ def coordinator(
     import socket
 
     from coordinator.core import DetectorKind, UsageError
+    from coordinator.core.admission import AdmissionSettings
     from coordinator.logs import configure_logging
     from coordinator.main import run_coordinator
     from coordinator.server import ServerSettings
@@ -676,6 +723,7 @@ def coordinator(
             default_max_attempts=default_max_attempts,
             release_timeout_s=release_timeout_s,
             max_assignments_per_round=max_assignments_per_round,
+            failover_reconnect_s=failover_reconnect_s,
         )
     except UsageError as exc:
         raise typer.BadParameter(str(exc)) from exc
@@ -689,6 +737,7 @@ def coordinator(
             redis_password=redis_password,
             redis_ca_file=redis_ca_file,
             etcd_endpoint=etcd_endpoint,
+            etcd_endpoints=tuple(e.strip() for e in etcd_endpoints.split(",") if e.strip()),
             lease_ttl_s=lease_ttl_s,
             etcd_timeout_s=etcd_timeout_s,
             etcd_username=etcd_username,
@@ -706,6 +755,13 @@ def coordinator(
             token_listen=token_listen,
             reflection=reflection,
             health_listen=health_listen,
+            loop_lag_resign_s=loop_lag_resign_s,
+            admission=AdmissionSettings(
+                hello_rate_per_s=hello_rate_per_s,
+                hello_burst=max(1, int(hello_rate_per_s)),
+                max_sessions=max_sessions,
+                max_concurrent_rpcs=max_concurrent_rpcs,
+            ),
         )
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from exc

@@ -426,6 +426,8 @@ class LocalCluster(ClusterApi):
                 address,
                 "--etcd-endpoint",
                 endpoints[index % len(endpoints)],
+                "--etcd-endpoints",  # every member, this replica's own first
+                ",".join(endpoints[index % len(endpoints) :] + endpoints[: index % len(endpoints)]),
                 "--metrics-listen",
                 metrics,
                 "--redis-url",

@@ -131,6 +131,7 @@ class DrillResult:
     detection_s: float | None = None
     recovery_s: float | None = None
     leader_failover_s: float | None = None
+    leader_changes: int | None = None
     tasks_lost: int = 0
     duplicate_completions: int = 0
     wrong_results: int = 0
@@ -765,16 +766,20 @@ class _Drill:
         victim = etcd.members[index % len(etcd.members)]
         r.fault = f"SIGKILL etcd member {index % len(etcd.members)} (the leader's endpoint)"
         victim.kill()
-        while time.time() - at < 30:
+        # Watch the leader for a while (issue 16: target 0 changes); count each change.
+        r.leader_changes, current = 0, member
+        while time.time() - at < 10:
             with contextlib.suppress(Exception):
                 _, now_leader = await self.cluster.leader()
-                if now_leader != member:
-                    r.leader_failover_s = time.time() - at
-                    break
+                if now_leader != current:
+                    r.leader_changes += 1
+                    current = now_leader
+                    if r.leader_failover_s is None:
+                        r.leader_failover_s = time.time() - at
             await asyncio.sleep(0.1)
-        await asyncio.sleep(2.0)
         victim.start()  # heal: the member rejoins with its data
         r.heal_at_s = time.time()
+        r.notes.append(f"leader changes: {r.leader_changes}")
         if r.leader_failover_s is None:
             r.notes.append("the leader kept leading (its etcd calls reached a quorum)")
 

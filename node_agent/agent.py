@@ -74,6 +74,9 @@ def fork_records_key(task_id: str, fork_id: str, prefix: str = "lazarus") -> str
 
 _log = logging.getLogger("lazarus.agent")
 
+MAX_RETRY_AFTER_S = 10.0
+"""Longest pause a NotLeader's retry_after_ms can impose before the next dial."""
+
 DIRECTIVE_BATCH = 64
 """Most leader messages stepped through the core as one batch (the lock is held
 that long: heartbeats and acks wait for it)."""
@@ -192,6 +195,7 @@ class NodeAgent:
         self._outbound: asyncio.Queue[agent_pb2.AgentMessage] | None = None
         self._call: Any = None
         self._redirect = ""
+        self._retry_after_s = 0.0
         self._close_requested = asyncio.Event()  # the core said CloseSession
         self._lineage_reports: dict[str, agent_pb2.AgentMessage] = {}  # fork id -> until acked
         self.shared: SharedDocuments | None = None
@@ -382,9 +386,15 @@ class NodeAgent:
             else:
                 target = addresses[index % len(addresses)]
                 index += 1
+            self._retry_after_s = 0.0
             welcomed = await self._one_session(target)
             if self.stopping:
                 return
+            if self._retry_after_s > 0:
+                # NotLeader asked for a pause (no leader yet, or Hellos deferred):
+                # honour it without growing the backoff, then dial what it named.
+                await asyncio.sleep(min(self._retry_after_s, MAX_RETRY_AFTER_S))
+                continue
             if self.redirect_pending:
                 continue
             failures = 0 if welcomed else failures + 1
@@ -568,6 +578,7 @@ class NodeAgent:
             elif isinstance(cmd, CloseSession):
                 if cmd.redirect:
                     self._redirect = cmd.redirect
+                self._retry_after_s = cmd.retry_after_s
                 _log.info("closing session: %s", cmd.reason)
                 self._close_requested.set()  # the reader ends; the loop says Hello again
             elif isinstance(cmd, Notice):

@@ -220,10 +220,16 @@ class StopTask:
 
 @dataclass(frozen=True, slots=True)
 class CloseSession:
-    """Close the Session; reconnect (to ``redirect`` first when it is set)."""
+    """Close the Session; reconnect (to ``redirect`` first when it is set).
+
+    ``retry_after_s`` > 0 (a NotLeader's ``retry_after_ms``: no leader yet, or
+    a leader deferring Hellos) is the pause before that reconnect, in place of
+    the growing backoff: the coordinator asked for it, nothing failed.
+    """
 
     reason: str
     redirect: str = ""
+    retry_after_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -513,7 +519,13 @@ class AgentCore:
         if body == "not_leader":
             nl = msg.not_leader
             self._open = False
-            return [CloseSession(f"not the leader (leader {nl.leader_id!r})", nl.leader_address)]
+            return [
+                CloseSession(
+                    f"not the leader (leader {nl.leader_id!r})",
+                    nl.leader_address,
+                    retry_after_s=max(0, nl.retry_after_ms) / 1000.0,
+                )
+            ]
         if not self._open or self._fenced:
             return []  # stale directives of a Session we gave up on
         if body == "heartbeat_ack":

@@ -30,9 +30,10 @@ every list it returns. The shell runs the lists in order.
 until then. ``LeadershipAcquired`` carries the node and task records loaded
 from etcd and resets the core to them. Then:
 
-- *grace*: for ``dead_after_s`` from ``LeadershipAcquired.now_s`` no node is
-  judged SUSPECT or DEAD by silence and no task of a DEAD or LEFT owner moves;
-  every node gets a full ``dead_after_s`` to reconnect. A closed stream or a
+- *grace*: for ``failover_reconnect_s + dead_after_s`` from
+  ``LeadershipAcquired.now_s`` no node is judged SUSPECT or DEAD by silence
+  and no task of a DEAD or LEFT owner moves; every node gets a fair chance to
+  reconnect (issue 16: no false DEAD verdict after a leader change). A closed stream or a
   Goodbye still counts at once (they are facts, not judgments).
 - *half-done work*: tasks the previous leader left owned by a DEAD, LEFT or
   unknown node are moved after the grace, by the same sweep that moves the
@@ -522,7 +523,9 @@ class CoordinatorCore:
         self._role = Role.LEADER
         self._term = ev.term
         now = ev.now_s
-        self._grace_until_s = now + self._settings.dead_after_s
+        # Silence counts from when every node had a fair chance to find this leader.
+        heard_s = now + self._settings.failover_reconnect_s
+        self._grace_until_s = heard_s + self._settings.dead_after_s
         for record in sorted(ev.nodes, key=lambda r: r.node_id):
             if record.node_id in self._nodes:
                 raise UsageError(f"node {record.node_id!r} loaded twice")
@@ -531,7 +534,7 @@ class CoordinatorCore:
                 entry.dead_since_s = record.state_changed_at_s
                 entry.unavailable_since_s = record.state_changed_at_s
             elif record.state is not NodeState.LEFT:
-                self._detector.watch(record.node_id, now)
+                self._detector.watch(record.node_id, heard_s)
                 if record.state is NodeState.SUSPECT:
                     entry.unavailable_since_s = record.state_changed_at_s
             self._nodes[record.node_id] = entry

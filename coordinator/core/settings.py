@@ -64,6 +64,11 @@ class CoreSettings:
         max_assignments_per_round: placements per step at most (a rate limit;
             the rest follow on the next tick).
         self_check: run ``check_invariants`` after every step (tests, drills).
+        failover_reconnect_s: a new leader gives each node this long beyond
+            ``dead_after_s`` to come back before silence counts: a fair
+            chance to find it (an agent may have waited out an RPC timeout on
+            a frozen old leader and its reconnect backoff). 0: ``dead_after_s``
+            alone (the CLI defaults to 7 s).
     """
 
     heartbeat_interval_s: float = 0.5
@@ -83,6 +88,7 @@ class CoreSettings:
     release_timeout_s: float = 10.0
     max_assignments_per_round: int = 1000
     self_check: bool = False
+    failover_reconnect_s: float = 0.0
 
     def __post_init__(self) -> None:
         positive = {
@@ -122,5 +128,7 @@ class CoreSettings:
             raise UsageError("phi_window: must be >= 2")
         if self.default_max_attempts < 1:
             raise UsageError("default_max_attempts: must be >= 1")
+        if not (math.isfinite(self.failover_reconnect_s) and self.failover_reconnect_s >= 0):
+            raise UsageError("failover_reconnect_s: must be a finite number >= 0")
         if self.max_assignments_per_round < 1:
             raise UsageError("max_assignments_per_round: must be >= 1")

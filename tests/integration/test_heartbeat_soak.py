@@ -364,3 +364,106 @@ async def test_silent_node_is_dead_and_closed_stream_suspect_at_once(
     finally:
         await silent.close()
         await closed.close()
+
+
+FLOOD_NODES = 200
+FLOOD_TASKS = 2000
+FLOOD_S = 10.0
+FLOOD_CLIENTS = 32
+_FLOOD_SCRIPT = """
+import asyncio, sys, grpc.aio
+from lazarus.v1 import coordinator_pb2
+async def one(call):
+    request = coordinator_pb2.ListTasksRequest(page_size=1000)
+    while True:
+        try:
+            await call(request, timeout=10)  # the reply stays bytes: the server does the work
+        except grpc.aio.AioRpcError:
+            await asyncio.sleep(0.01)
+async def main():
+    async with grpc.aio.insecure_channel(sys.argv[1]) as channel:
+        call = channel.unary_unary(
+            "/lazarus.v1.CoordinatorService/ListTasks",
+            request_serializer=coordinator_pb2.ListTasksRequest.SerializeToString,
+        )
+        await asyncio.gather(*(one(call) for _ in range(int(sys.argv[2]))))
+asyncio.run(main())
+"""
+
+
+@pytest.mark.timeout(180)
+async def test_list_tasks_flood_does_not_delay_heartbeat_acks(
+    coordinator: Process, api: Any
+) -> None:
+    """Issue 16 item 2: orchestrator reads on the leader never starve the Session loop.
+
+    2,000 tasks (submitted, then cancelled); 200 simulated nodes heartbeat
+    while another process floods ListTasks (page of 1,000) from 32 concurrent
+    callers for 10 s. No heartbeat may go unacked for ``fence_after`` (an
+    agent would self-fence), no stream may end, no node may turn DEAD.
+    """
+    sem = asyncio.Semaphore(64)
+
+    async def submit(i: int) -> None:
+        async with sem:  # then cancelled: listed, but never placed
+            reply = await api.SubmitTask(
+                coordinator_pb2.SubmitTaskRequest(
+                    request_id=f"flood-{i}",
+                    spec=records_pb2.TaskSpec(kind="flood", node_selector={"pool": "none"}),
+                ),
+                timeout=30,
+            )
+            await api.CancelTask(
+                coordinator_pb2.CancelTaskRequest(task_id=reply.task.task_id), timeout=30
+            )
+
+    await asyncio.gather(*(submit(i) for i in range(FLOOD_TASKS)))
+    nodes = [SimNode(f"flood-{i:03d}", coordinator.address) for i in range(FLOOD_NODES)]
+    readers: list[asyncio.Task[None]] = []
+    beaters: list[asyncio.Task[None]] = []
+    stop_beating = asyncio.Event()
+    flood: subprocess.Popen[bytes] | None = None
+    try:
+        for start in range(0, FLOOD_NODES, 25):
+            batch = nodes[start : start + 25]
+            await asyncio.gather(*(node.hello() for node in batch))
+            readers += [asyncio.create_task(node.read_acks()) for node in batch]
+            beaters += [asyncio.create_task(node.beat_until(stop_beating)) for node in batch]
+        await asyncio.sleep(2.0)
+        flood = subprocess.Popen(  # noqa: ASYNC220 - started once, killed by pid
+            [sys.executable, "-c", _FLOOD_SCRIPT, coordinator.address, str(FLOOD_CLIENTS)]
+        )
+        await asyncio.sleep(FLOOD_S)
+        now = time.monotonic()
+        late = {
+            node.node_id: round(now - min(node.sent.values()), 2)
+            for node in nodes
+            if node.sent and now - min(node.sent.values()) >= DEFAULTS.fence_after_s
+        }
+        dead_verdicts = await asyncio.to_thread(
+            _metric, coordinator.metrics_url, "lazarus_failure_detection_seconds_count"
+        )
+        stop_beating.set()
+        await asyncio.gather(*beaters)
+        latencies = sorted(x for node in nodes for x in node.latencies_s)
+        fenced = sum(1 for x in latencies if x >= DEFAULTS.fence_after_s)
+        print(
+            f"\nMEASURED list_tasks_flood {FLOOD_NODES} nodes {FLOOD_TASKS} tasks "
+            f"{FLOOD_CLIENTS} callers x {FLOOD_S:g} s: ack p50 "
+            f"{_percentile(latencies, 0.5):.3f} s p99 {_percentile(latencies, 0.99):.3f} s "
+            f"max {latencies[-1]:.3f} s, acks >= fence_after: {fenced}"
+        )
+        ends = {node.node_id: node.ended for node in nodes if node.ended}
+        assert ends == {}, list(ends.items())[:5]
+        assert late == {}, list(late.items())[:5]
+        assert fenced == 0, "heartbeat acks later than fence_after: those agents self-fence"
+        assert dead_verdicts == 0
+    finally:
+        if flood is not None:
+            flood.kill()
+            flood.wait(timeout=10)
+        stop_beating.set()
+        for task in [*beaters, *readers]:
+            task.cancel()
+        await asyncio.gather(*beaters, *readers, return_exceptions=True)
+        await asyncio.gather(*(node.close() for node in nodes), return_exceptions=True)

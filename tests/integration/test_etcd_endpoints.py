@@ -1,0 +1,78 @@
+"""Issue 16 item 6: losing one etcd member of three changes no leader.
+
+Two replicas are given every member (``etcd_endpoints``); the member listed
+first is SIGKILLed. The leader's client moves to the others: it keeps its
+lease and its leadership (no new term).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from coordinator.core import CoreSettings
+from coordinator.server import CoordinatorServer, ServerSettings
+from lazarus.localservers import EtcdCluster
+
+pytestmark = pytest.mark.timeout(90)
+
+FAST = CoreSettings(heartbeat_interval_s=0.2, dead_after_s=2.0, fence_after_s=1.0)
+WATCH_S = 8.0
+"""How long the leader is watched after the kill (over two lease TTLs)."""
+
+
+async def _leader(servers: list[CoordinatorServer], timeout_s: float = 20.0) -> CoordinatorServer:
+    async with asyncio.timeout(timeout_s):
+        while True:
+            for server in servers:
+                if server.runtime is not None and server.runtime.leading:
+                    return server
+            await asyncio.sleep(0.05)
+
+
+async def test_member_loss_keeps_the_leader(
+    make_etcd_cluster: Callable[..., EtcdCluster], redis_server: Any
+) -> None:
+    etcd = make_etcd_cluster(size=3)
+    endpoints = tuple(str(e) for e in etcd.endpoints)
+    cluster = f"member-loss-{uuid.uuid4().hex[:8]}"
+    servers = [
+        CoordinatorServer(
+            ServerSettings(
+                cluster=cluster,
+                member_id=f"replica-{i}",
+                etcd_endpoint=endpoints[0],
+                etcd_endpoints=endpoints,
+                etcd_timeout_s=2.0,
+                lease_ttl_s=3,
+                redis_url=redis_server.url,
+            ),
+            FAST,
+            seed=i,
+        )
+        for i in range(2)
+    ]
+    try:
+        for server in servers:
+            await server.start()
+        leader = await _leader(servers)
+        assert leader.runtime is not None
+        leadership = leader.runtime.leadership
+        assert leadership is not None
+        changes_before = sum(s.runtime.leader_changes for s in servers if s.runtime)
+        etcd.kill_member(0)
+        killed_at = time.monotonic()
+        while time.monotonic() - killed_at < WATCH_S:
+            assert leader.runtime.leading, f"leadership lost: {leadership.reason}"
+            await asyncio.sleep(0.1)
+        assert not leadership.is_lost, leadership.reason
+        assert leader.runtime.leadership is leadership
+        assert sum(s.runtime.leader_changes for s in servers if s.runtime) == changes_before
+    finally:
+        for server in reversed(servers):
+            await server.stop()

@@ -133,10 +133,10 @@ class FleetConfig:
     """
 
     nodes: int = 3
-    tasks: int = 5
-    safety_s: float = 8.0
-    liveness_s: float = 14.0
-    fault_rate_per_s: float = 0.6
+    tasks: int = 4
+    safety_s: float = 6.0
+    liveness_s: float = 12.0
+    fault_rate_per_s: float = 1.0
     max_latency_s: float = 0.02
     clock_drift: float = 0.002
     max_stall_s: float = 0.3
@@ -144,7 +144,7 @@ class FleetConfig:
     failovers: bool = True
     identity_faults: bool = True
     stalls: bool = True
-    agent_tick_s: float = 0.1
+    agent_tick_s: float = 0.2
     step_s: float = 0.3
     fence_lead_s: float = 0.5
     shape: str = "default"
@@ -359,7 +359,7 @@ class FleetSimulation:
             node_id = f"n{i}"
             self._spawn(node_id, self._new_store(node_id))
         for i in range(cfg.tasks):
-            self._at(self.rng.uniform(0.3, cfg.safety_s), lambda i=i: self._submit(i))
+            self._at(self.rng.uniform(0.3, cfg.safety_s * 0.6), lambda i=i: self._submit(i))
         t = self.rng.expovariate(cfg.fault_rate_per_s)
         while t < cfg.safety_s:
             self._at(t, self._fault)
@@ -875,7 +875,7 @@ class FleetSimulation:
 
     def _submit(self, i: int) -> None:
         request_id = f"req-{i}"
-        units = self.units.setdefault(request_id, self.rng.randint(1, 8))
+        units = self.units.setdefault(request_id, self.rng.randint(3, 10))
         spec = TaskSpec(kind="work", payload=bytes([units]))
         leader = self.leaders[-1]
         if not leader.alive or leader.lost:
@@ -900,7 +900,8 @@ class FleetSimulation:
         if self.healing:
             return
         cfg = self.config
-        kinds = ["partition", "break", "crash_same", "crash_fresh", "half_open"]
+        kinds = ["partition", "partition", "partition", "break", "crash_same", "crash_fresh"]
+        kinds.append("half_open")
         if cfg.stalls:
             kinds += ["stall", "stall"]
         if cfg.failovers:
@@ -911,7 +912,8 @@ class FleetSimulation:
         alive = [p for p in self.procs if p.alive]
         if not alive:
             return
-        proc = self.rng.choice(alive)
+        busy = [p for p in alive if p.runs]
+        proc = self.rng.choice(busy if busy and self.rng.random() < 0.7 else alive)
         self._count(kind)
         if kind == "partition":
             length = self.rng.uniform(0.5, 6.0)

@@ -139,7 +139,7 @@ class FleetConfig:
     fault_rate_per_s: float = 1.0
     max_latency_s: float = 0.02
     clock_drift: float = 0.002
-    max_stall_s: float = 0.3
+    max_stall_s: float = 0.8
     deposed_run_s: float = 0.2
     failovers: bool = True
     identity_faults: bool = True
@@ -326,6 +326,7 @@ class FleetSimulation:
         self._pids = 0
         self._sids = 0
         self.partitioned_until: dict[str, float] = {}  # node id -> true time
+        self.slow_down: dict[str, tuple[float, float]] = {}  # node id -> (until, extra delay)
         self.executing: dict[str, tuple[int, float]] = {}  # task -> (pid, since)
         self.acked_seq: dict[str, int] = {}  # task -> newest acknowledged replicated checkpoint
         self.accepted: dict[str, str] = {}
@@ -801,6 +802,9 @@ class FleetSimulation:
     def _send_down(self, stream: _Stream, raw: bytes) -> None:
         node = stream.proc.node_id
         arrive = max(self.now, self.partitioned_until.get(node, 0.0)) + self._latency()
+        slow_until, extra = self.slow_down.get(node, (0.0, 0.0))
+        if self.now < slow_until:
+            arrive += extra
         arrive = max(arrive, stream.down_at)
         stream.down_at = arrive
         proc = stream.proc
@@ -901,7 +905,7 @@ class FleetSimulation:
             return
         cfg = self.config
         kinds = ["partition", "partition", "partition", "break", "crash_same", "crash_fresh"]
-        kinds.append("half_open")
+        kinds += ["half_open", "slow_link"]
         if cfg.stalls:
             kinds += ["stall", "stall"]
         if cfg.failovers:
@@ -920,12 +924,12 @@ class FleetSimulation:
             self.partitioned_until[proc.node_id] = max(
                 self.partitioned_until.get(proc.node_id, 0.0), self.now + length
             )
-            if proc.stream is not None and self.rng.random() < 0.5:
+            if proc.stream is not None and self.rng.random() < 0.7:
                 # The stream breaks during the partition; each end finds out on its own.
                 self._break(
                     proc.stream,
-                    agent_delay=self.rng.uniform(0.5, length + 2.0),
-                    leader_delay=self.rng.uniform(0.5, length + 2.0),
+                    agent_delay=self.rng.uniform(0.001, 3.0),
+                    leader_delay=self.rng.uniform(0.001, length + 2.0),
                 )
         elif kind == "break":
             if proc.stream is not None:
@@ -934,6 +938,11 @@ class FleetSimulation:
                     agent_delay=self.rng.uniform(0.001, 0.2),
                     leader_delay=self.rng.uniform(0.001, 0.2),
                 )
+        elif kind == "slow_link":  # leader -> agent messages lag (a congested link)
+            self.slow_down[proc.node_id] = (
+                self.now + self.rng.uniform(1.0, 4.0),
+                self.rng.uniform(0.2, 1.5),
+            )
         elif kind == "half_open":
             if proc.stream is not None:  # the agent sees it at once, the leader much later
                 self._break(
@@ -972,6 +981,7 @@ class FleetSimulation:
         """End of the safety phase: partitions heal, extras stop, every node gets a process."""
         self.healing = True
         self.partitioned_until.clear()
+        self.slow_down.clear()
         for proc in self.procs:
             proc.stalled_until = min(proc.stalled_until, self.now)
             if proc.alive and proc.extra:

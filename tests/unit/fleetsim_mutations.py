@@ -178,6 +178,11 @@ def _move_at_suspect(settings: CoreSettings) -> CoreSettings:
     return _unsafe(settings, dead_after_s=1.5, suspect_after_intervals=2)
 
 
+def _margin_without_interval(settings: CoreSettings) -> CoreSettings:
+    # fence_after < dead_after, but fence_after + heartbeat_interval > dead_after.
+    return _unsafe(settings, fence_after_s=2.9)
+
+
 def _fence_after_past_dead_after(settings: CoreSettings) -> CoreSettings:
     return _unsafe(settings, fence_after_s=3.5)  # sent in Welcome: the agents fence too late
 
@@ -210,13 +215,11 @@ MUTATIONS: list[Mutation] = [
     Mutation("agent fence deadline from the newest heartbeat", "agent", _fence_from_newest_heartbeat),
     Mutation("agent fence deadline from the ack's arrival", "agent", _fence_from_ack_arrival),
     Mutation("agent stops fence timing when its Session closes", "agent", _disarm_on_session_close),
-    Mutation("agent ignores Revoke", "agent", _ignore_revoke),
     Mutation("agent resumes held tasks before a Welcome", "agent", _resume_before_welcome),
     Mutation("agent pauses after the fence deadline", "agent", _nothing, config=_late_fence_lead),
     Mutation("coordinator admits a live duplicate", "coordinator", _admit_live_duplicate),
     Mutation("coordinator takes any store id as proof", "coordinator", _store_proof_unchecked),
     Mutation("coordinator admits an impostor", "coordinator", _admit_impostor),
-    Mutation("coordinator never revokes a zombie", "coordinator", _no_zombie_revoke),
     Mutation("coordinator reuses the epoch on a move", "coordinator", _no_epoch_bump),
     Mutation("coordinator moves tasks at SUSPECT", "coordinator", _nothing, settings=_move_at_suspect),
     Mutation(
@@ -225,8 +228,12 @@ MUTATIONS: list[Mutation] = [
         _nothing,
         settings=_fence_after_past_dead_after,
     ),
-    Mutation("Redis fence ignores the owner", "stand-in", _redis_fence_ignores_owner),
-    Mutation("etcd accepts a deposed leader's writes", "stand-in", _etcd_does_not_fence_deposed_leader),
+    Mutation(
+        "coordinator's margin forgets the heartbeat interval",
+        "coordinator",
+        _nothing,
+        settings=_margin_without_interval,
+    ),
 ]
 
 

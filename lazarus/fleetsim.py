@@ -939,10 +939,19 @@ class FleetSimulation:
                     leader_delay=self.rng.uniform(0.001, 0.2),
                 )
         elif kind == "slow_link":  # leader -> agent messages lag (a congested link)
-            self.slow_down[proc.node_id] = (
-                self.now + self.rng.uniform(1.0, 4.0),
-                self.rng.uniform(0.2, 1.5),
-            )
+            until = self.now + self.rng.uniform(1.0, 4.0)
+            self.slow_down[proc.node_id] = (until, self.rng.uniform(0.2, 1.5))
+            if self.rng.random() < 0.5:  # a link that degrades, then drops
+                length = self.rng.uniform(3.0, 6.0)
+                node_id = proc.node_id
+
+                def drop() -> None:
+                    if not self.healing:
+                        self.partitioned_until[node_id] = max(
+                            self.partitioned_until.get(node_id, 0.0), self.now + length
+                        )
+
+                self._at(self.rng.uniform(self.now, until), drop)
         elif kind == "half_open":
             if proc.stream is not None:  # the agent sees it at once, the leader much later
                 self._break(

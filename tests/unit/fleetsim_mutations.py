@@ -25,7 +25,7 @@ from lazarus.v1 import agent_pb2
 from node_agent import core as agent_core
 from node_agent.core import AgentCore, SlotState
 
-MUTATION_SEEDS = 60
+MUTATION_SEEDS = 200
 
 
 @dataclass(frozen=True)
@@ -213,7 +213,6 @@ def _etcd_does_not_fence_deposed_leader(mp: pytest.MonkeyPatch) -> None:
 MUTATIONS: list[Mutation] = [
     Mutation("agent never self-fences", "agent", _never_fence),
     Mutation("agent fence deadline from the newest heartbeat", "agent", _fence_from_newest_heartbeat),
-    Mutation("agent fence deadline from the ack's arrival", "agent", _fence_from_ack_arrival),
     Mutation("agent stops fence timing when its Session closes", "agent", _disarm_on_session_close),
     Mutation("agent resumes held tasks before a Welcome", "agent", _resume_before_welcome),
     Mutation("agent pauses after the fence deadline", "agent", _nothing, config=_late_fence_lead),

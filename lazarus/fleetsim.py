@@ -59,6 +59,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from functools import partial
 from random import Random
 
 from coordinator import convert
@@ -360,7 +361,7 @@ class FleetSimulation:
             node_id = f"n{i}"
             self._spawn(node_id, self._new_store(node_id))
         for i in range(cfg.tasks):
-            self._at(self.rng.uniform(0.3, cfg.safety_s * 0.6), lambda i=i: self._submit(i))
+            self._at(self.rng.uniform(0.3, cfg.safety_s * 0.6), partial(self._submit, i))
         t = self.rng.expovariate(cfg.fault_rate_per_s)
         while t < cfg.safety_s:
             self._at(t, self._fault)
@@ -404,7 +405,9 @@ class FleetSimulation:
         self.stores[store.store_id] = store
         return store
 
-    def _spawn(self, node_id: str, store: _Store, *, extra: bool = False, impostor: str = "") -> _Proc:
+    def _spawn(
+        self, node_id: str, store: _Store, *, extra: bool = False, impostor: str = ""
+    ) -> _Proc:
         """Start a process on ``store`` (the store lock names the previous holder)."""
         self._pids += 1
         incarnation = impostor or f"{node_id}#{self._pids}"
@@ -500,11 +503,12 @@ class FleetSimulation:
                     stream = proc.stream
                     self._break(stream, agent_delay=None, leader_delay=self._latency())
                     proc.stream = None
-                    self._agent_exec(proc, proc.core.on_session_closed(self._local(proc), cmd.reason))
+                    self._agent_exec(
+                        proc, proc.core.on_session_closed(self._local(proc), cmd.reason)
+                    )
                     self._reconnect_soon(proc)
-            elif isinstance(cmd, agent_core.Notice):
-                if cmd.kind == "self_fence":
-                    self.report.fences += 1
+            elif isinstance(cmd, agent_core.Notice) and cmd.kind == "self_fence":
+                self.report.fences += 1
 
     def _reconnect_soon(self, proc: _Proc) -> None:
         if proc.connecting:
@@ -591,9 +595,7 @@ class FleetSimulation:
         started = agent_pb2.TaskUpdate.Started()
         if seq:
             started.resumed_from.CopyFrom(self._summary(task_id, epoch, seq))
-        self._agent_exec(
-            proc, proc.core.task_started(task_id, epoch, started, self._wall_ms(proc))
-        )
+        self._agent_exec(proc, proc.core.task_started(task_id, epoch, started, self._wall_ms(proc)))
         self._schedule_step(proc, run)
 
     def _summary(self, task_id: str, epoch: int, seq: int) -> records_pb2.CheckpointSummary:
@@ -619,7 +621,9 @@ class FleetSimulation:
             self._check_redis(task_id)
             seq, epoch = run.seq, run.epoch
             self._proc_at(
-                proc, self.now + self._latency(), lambda: self._replicated(proc, task_id, epoch, seq, ok, head)
+                proc,
+                self.now + self._latency(),
+                lambda: self._replicated(proc, task_id, epoch, seq, ok, head),
             )
             if ok and run.seq < run.target:
                 self._schedule_step(proc, run)
@@ -663,7 +667,9 @@ class FleetSimulation:
             summary = self._summary(task_id, epoch, seq) if seq else None
             self._agent_exec(
                 proc,
-                proc.core.task_stopped(task_id, epoch, checkpoint=summary, wall_ms=self._wall_ms(proc)),
+                proc.core.task_stopped(
+                    task_id, epoch, checkpoint=summary, wall_ms=self._wall_ms(proc)
+                ),
             )
             return
         run.stopping = True
@@ -775,7 +781,7 @@ class FleetSimulation:
                     stream.leader_open = False
                     end = max(self.now + self._latency(), stream.down_at)
                     stream.down_at = end
-                    self._at(end, lambda s=stream: self._agent_stream_ended(s))
+                    self._at(end, partial(self._agent_stream_ended, stream))
                     leader.streams.pop(stream.sid, None)
             elif isinstance(command, ReplyToRequest):
                 if command.status is StatusCode.OK and command.created:
@@ -794,7 +800,9 @@ class FleetSimulation:
             for task in command.records:
                 previous = self.etcd_epochs.get(task.task_id, 0)
                 if task.epoch < previous:
-                    self._fail(f"etcd: epoch of {task.task_id} went down {previous} -> {task.epoch}")
+                    self._fail(
+                        f"etcd: epoch of {task.task_id} went down {previous} -> {task.epoch}"
+                    )
                 self.etcd_epochs[task.task_id] = task.epoch
                 self.etcd_tasks[task.task_id] = convert.task_record_to_pb(task).SerializeToString()
         return True
@@ -868,9 +876,7 @@ class FleetSimulation:
         def stop() -> None:
             leader.alive = False
             for stream in list(leader.streams.values()):
-                self._break(
-                    stream, agent_delay=self.rng.uniform(0.001, 0.5), leader_delay=0.0
-                )
+                self._break(stream, agent_delay=self.rng.uniform(0.001, 0.5), leader_delay=0.0)
             leader.streams.clear()
 
         self._at(self.now + run_on, stop)
@@ -954,22 +960,18 @@ class FleetSimulation:
                 self._at(self.rng.uniform(self.now, until), drop)
         elif kind == "half_open":
             if proc.stream is not None:  # the agent sees it at once, the leader much later
-                self._break(
-                    proc.stream, agent_delay=0.001, leader_delay=self.rng.uniform(1.0, 8.0)
-                )
+                self._break(proc.stream, agent_delay=0.001, leader_delay=self.rng.uniform(1.0, 8.0))
         elif kind in ("crash_same", "crash_fresh"):
             self._crash(proc)
             fresh = kind == "crash_fresh"
             if not proc.extra:
-                self._at(
-                    self.now + self.rng.uniform(0.1, 4.0),
-                    lambda: self._spawn(
-                        proc.node_id,
-                        self._new_store(proc.node_id) if fresh else proc.store,
-                    )
-                    if not self.healing and not self._node_has_primary(proc.node_id)
-                    else None,
-                )
+                store = self._new_store(proc.node_id) if fresh else proc.store
+
+                def respawn(node_id: str = proc.node_id, store: _Store = store) -> None:
+                    if not self.healing and not self._node_has_primary(node_id):
+                        self._spawn(node_id, store)
+
+                self._at(self.now + self.rng.uniform(0.1, 4.0), respawn)
         elif kind == "stall":
             proc.stalled_until = max(
                 proc.stalled_until, self.now + self.rng.uniform(0.01, cfg.max_stall_s)

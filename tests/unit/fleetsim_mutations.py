@@ -212,7 +212,9 @@ def _etcd_does_not_fence_deposed_leader(mp: pytest.MonkeyPatch) -> None:
 
 MUTATIONS: list[Mutation] = [
     Mutation("agent never self-fences", "agent", _never_fence),
-    Mutation("agent fence deadline from the newest heartbeat", "agent", _fence_from_newest_heartbeat),
+    Mutation(
+        "agent fence deadline from the newest heartbeat", "agent", _fence_from_newest_heartbeat
+    ),
     Mutation("agent stops fence timing when its Session closes", "agent", _disarm_on_session_close),
     Mutation("agent resumes held tasks before a Welcome", "agent", _resume_before_welcome),
     Mutation("agent pauses after the fence deadline", "agent", _nothing, config=_late_fence_lead),
@@ -220,7 +222,9 @@ MUTATIONS: list[Mutation] = [
     Mutation("coordinator takes any store id as proof", "coordinator", _store_proof_unchecked),
     Mutation("coordinator admits an impostor", "coordinator", _admit_impostor),
     Mutation("coordinator reuses the epoch on a move", "coordinator", _no_epoch_bump),
-    Mutation("coordinator moves tasks at SUSPECT", "coordinator", _nothing, settings=_move_at_suspect),
+    Mutation(
+        "coordinator moves tasks at SUSPECT", "coordinator", _nothing, settings=_move_at_suspect
+    ),
     Mutation(
         "coordinator sends fence_after >= dead_after",
         "coordinator",

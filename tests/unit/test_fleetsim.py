@@ -19,8 +19,8 @@ from lazarus import fleetsim
 from lazarus.fleetsim import SHAPES, FleetSimulation, SimulationFailure
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from fleetsim_mutations import MUTATION_SEEDS, MUTATIONS, Mutation, first_failure  # noqa: E402
-from test_core_purity import violations  # noqa: E402
+from fleetsim_mutations import MUTATION_SEEDS, MUTATIONS, Mutation, first_failure
+from test_core_purity import violations
 
 CI_SEEDS = 2000
 ROOT = Path(__file__).resolve().parents[2]

@@ -19,9 +19,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from _report import RESULTS_DIR, machine, today, write_json, write_section  # noqa: E402
+from _report import RESULTS_DIR, machine, today, write_json, write_section
 
-from lazarus.fleetsim import SHAPES, FleetSimulation, SimulationFailure  # noqa: E402
+from lazarus.fleetsim import SHAPES, FleetSimulation, SimulationFailure
 
 
 def _commit() -> str:

@@ -172,6 +172,7 @@ class FleetReport:
     failed: int = 0
     fences: int = 0
     identity_refusals: int = 0
+    takeovers: int = 0  # a new incarnation replaced a previous one (store proof or holder DEAD)
 
 
 # ---------------------------------------------------------------------------
@@ -329,6 +330,7 @@ class FleetSimulation:
         self.partitioned_until: dict[str, float] = {}  # node id -> true time
         self.slow_down: dict[str, tuple[float, float]] = {}  # node id -> (until, extra delay)
         self.executing: dict[str, tuple[int, float]] = {}  # task -> (pid, since)
+        self.started_epochs: dict[str, int] = {}  # task -> newest epoch a handler started at
         self.acked_seq: dict[str, int] = {}  # task -> newest acknowledged replicated checkpoint
         self.accepted: dict[str, str] = {}
         self.units: dict[str, int] = {}
@@ -562,6 +564,7 @@ class FleetSimulation:
         task_id, epoch = assign.task_id, assign.epoch
         if task_id in proc.runs:
             self._fail(f"{proc.incarnation} started {task_id}@{epoch} while its handler runs")
+        self._check_start_epoch(proc, task_id, epoch)
         self._start_executing(proc, task_id)
         target = assign.spec.payload[0] if assign.spec.payload else 1
         run = _Run(task_id, epoch, target, started_at=self.now)
@@ -705,6 +708,14 @@ class FleetSimulation:
         self.executing[task_id] = (proc.pid, self.now)
         self.report.starts += 1
 
+    def _check_start_epoch(self, proc: _Proc, task_id: str, epoch: int) -> None:
+        newest = self.started_epochs.get(task_id, 0)
+        if epoch < newest:
+            self._fail(
+                f"{proc.incarnation} started {task_id} at epoch {epoch} after epoch {newest} ran"
+            )
+        self.started_epochs[task_id] = epoch
+
     def _stop_executing(self, proc: _Proc, task_id: str) -> None:
         other = self.executing.get(task_id)
         if other is not None and other[0] == proc.pid:
@@ -761,8 +772,11 @@ class FleetSimulation:
                     )
                     return
             elif isinstance(command, EmitEvent):
-                if isinstance(command.body, notices.IdentityConflict):
+                body = command.body
+                if isinstance(body, notices.IdentityConflict):
                     self.report.identity_refusals += 1
+                elif isinstance(body, notices.NodeJoined) and body.previous_incarnation:
+                    self.report.takeovers += 1
             elif isinstance(command, SendDirective):
                 stream = leader.streams.get(command.session_id)
                 if stream is None or stream.broken or not stream.leader_open:

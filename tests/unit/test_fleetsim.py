@@ -42,7 +42,7 @@ def test_a_seed_replays_exactly() -> None:
 
 def test_the_fault_set_is_exercised() -> None:
     faults: dict[str, int] = {}
-    fences = refusals = starts = 0
+    fences = refusals = starts = takeovers = 0
     for seed in range(60):
         report = FleetSimulation(seed).run()
         for name, count in report.faults.items():
@@ -50,6 +50,7 @@ def test_the_fault_set_is_exercised() -> None:
         fences += report.fences
         refusals += report.identity_refusals
         starts += report.starts
+        takeovers += report.takeovers
     for kind in (
         "partition",
         "break",
@@ -65,6 +66,7 @@ def test_the_fault_set_is_exercised() -> None:
         assert faults.get(kind, 0) > 0, (kind, faults)
     assert fences > 0  # agents self-fenced
     assert refusals > 0  # duplicate processes were refused (IdentityConflict)
+    assert takeovers > 0  # restarts took over their previous incarnation
     assert starts > 60 * SHAPES["default"].tasks  # tasks moved and resumed
 
 

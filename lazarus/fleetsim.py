@@ -796,7 +796,8 @@ class FleetSimulation:
                     end = max(self.now + self._latency(), stream.down_at)
                     stream.down_at = end
                     self._at(end, partial(self._agent_stream_ended, stream))
-                    leader.streams.pop(stream.sid, None)
+                    # The servicer feeds SessionClosed when the stream ends; the core ignores it.
+                    self._at(self.now + self._latency(), partial(self._leader_stream_ended, stream))
             elif isinstance(command, ReplyToRequest):
                 if command.status is StatusCode.OK and command.created:
                     self.accepted[command.request_id] = command.task_id
@@ -867,6 +868,7 @@ class FleetSimulation:
 
     def _leader_stream_ended(self, stream: _Stream) -> None:
         leader = stream.leader
+        stream.leader_open = False
         if leader.streams.pop(stream.sid, None) is None or not stream.hello_seen:
             return
         self._feed(leader, SessionClosed(stream.sid, stream.node_id, self.now, "stream ended"))

@@ -41,14 +41,22 @@ way ``coordinator/session.py``, ``coordinator/runtime.py`` and
   store (no proof), a second process under a live node id with its own store,
   and an impostor that reuses an incarnation id without its secret.
 
-Checkers run after every action: no two processes execute one task in
+Checkers run as each action happens: no two processes execute one task in
 overlapping simulated time (a task executes from StartTask until its handler
-stopped, finished or its process died); epochs in etcd and Redis never go
-down; no acknowledged (replicated) checkpoint is lost: Redis never holds less
-than one, and a task always resumes at or after it; the coordinator core's own
+stopped, finished or its process died); epochs never go down (etcd task
+records; no handler starts at an epoch below one that already ran; the Redis
+fence only rises); no acknowledged (replicated) checkpoint is lost: Redis never
+holds less than one, and a task always resumes at or after it; the commands'
+order (``check_command_order``) and the coordinator core's own
 ``check_invariants`` (``self_check``). After the heal phase every accepted task
 is terminal and every node ALIVE. A failure raises ``SimulationFailure`` whose
-message starts with ``seed=<n>`` and carries the replay command.
+message starts with ``seed=<n>`` and ends with the replay command.
+
+Not modelled (yet): Redis restarts that lose data, message duplication and
+reordering inside a stream (gRPC over TCP does neither), etcd batches over 128
+operations split non-atomically, coordinator replicas behind a fan-in, and the
+lineage path (``ReportLineage`` is carried out as a no-op, so "every divergent
+lineage kept or merged" is not checked here).
 
 Purity: no clock, no IO, randomness only from ``random.Random(seed)``
 (``tests/unit/test_fleetsim.py`` runs the purity checker on this module).

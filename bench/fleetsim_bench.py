@@ -78,10 +78,10 @@ seeds {args.start}..{args.start + args.seeds - 1}; measured {today()} at commit
 | --- | --- | --- | --- | --- |
 | {args.shape} | {args.seeds} | {elapsed:.1f} s | {rate:.1f} | {len(failures)} |
 
-`make test` runs `CI_SEEDS` = 3,000 seeds of the default shape
-(tests/unit/test_fleetsim.py, about 80 s at the 37 seeds/s pytest measured
-with other workers loading the machine) plus the 12 mutations (about 12 s):
-5,000 seeds would not fit in 120 s under that load. `make sim SEEDS=N
+`make test` runs `CI_SEEDS` = 2,000 seeds of the default shape
+(tests/unit/test_fleetsim.py: 54 s to 80 s at the 37 to 25 seeds/s pytest
+measured with other workers loading the machine; 3,000 seeds once took 120 s)
+plus the 12 mutations (about 12 s): 5,000 seeds do not fit in 120 s under load. `make sim SEEDS=N
 [SHAPE=default|large|starved]` runs more (`starved` stalls agents past the
 fence margin and is expected to fail: the late self-fence).""",
         )

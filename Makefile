@@ -13,7 +13,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 PACKAGES := lazarus coordinator node_agent reconcile
 PYTEST_ARGS ?=
 
-.PHONY: help setup system-deps venv test lint typecheck pytest demo chaos-soak proto lock bench clean image container-drill
+.PHONY: help setup system-deps venv test lint typecheck pytest demo chaos-soak proto lock bench sim clean image container-drill
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 14
@@ -93,6 +93,11 @@ image:  ## podman (installed when missing), a Debian base image, the Lazarus, et
 container-drill: venv  ## etcd, Redis, 3 coordinators, 3 node agents as podman containers from the chart; drills kill-node, kill-leader
 	$(PY) deploy/podman/container_drill.py --image $(IMAGE):$(IMAGE_TAG) \
 	  --etcd-image $(ETCD_IMAGE) --redis-image $(REDIS_IMAGE) $(CONTAINER_DRILL_ARGS)
+
+SEEDS ?= 5000
+SHAPE ?= default
+sim: setup  ## fleet simulator: SEEDS seeds (default 5000) of SHAPE; records seeds/s in bench/README.md
+	$(PY) bench/fleetsim_bench.py --seeds $(SEEDS) --shape $(SHAPE)
 
 lock: ## re-resolve dependencies from pyproject ranges into requirements/constraints.txt
 	rm -rf .lock-venv && $(PYTHON) -m venv .lock-venv

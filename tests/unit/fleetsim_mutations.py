@@ -1,0 +1,257 @@
+"""Mutations of safety rules on both cores (and the stand-ins) the fleet simulator must catch.
+
+Each entry patches one rule through ``pytest.MonkeyPatch`` and may change the
+run's config or coordinator settings; ``tests/unit/test_fleetsim.py`` asserts
+that some seed among the first ``MUTATION_SEEDS`` raises ``SimulationFailure``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+import pytest
+
+from coordinator.core import core as coordinator_core
+from coordinator.core.core import CoordinatorCore
+from coordinator.core.identity import ClaimKind, ClaimVerdict
+from coordinator.core.settings import CoreSettings
+from coordinator.core.tasks import TaskTrigger
+from lazarus import fleetsim
+from lazarus.fleetsim import FleetConfig
+from lazarus.v1 import agent_pb2
+from node_agent import core as agent_core
+from node_agent.core import AgentCore, SlotState
+
+MUTATION_SEEDS = 200
+
+
+@dataclass(frozen=True)
+class Mutation:
+    """One broken rule: ``apply`` patches; ``config`` / ``settings`` reshape the run."""
+
+    name: str
+    side: str  # "agent", "coordinator" or "stand-in"
+    apply: Callable[[pytest.MonkeyPatch], None]
+    config: Callable[[FleetConfig], FleetConfig] = lambda c: c
+    settings: Callable[[CoreSettings], CoreSettings] = lambda s: s
+
+
+def _unsafe(settings: CoreSettings, **changes: Any) -> CoreSettings:
+    """``settings`` with fields changed past its own validation (a mutated rule)."""
+    mutated = dataclasses.replace(settings)
+    for name, value in changes.items():
+        object.__setattr__(mutated, name, value)
+    return mutated
+
+
+def _nothing(mp: pytest.MonkeyPatch) -> None:
+    return None
+
+
+# ---------------------------------------------------------------- agent core
+
+
+def _never_fence(mp: pytest.MonkeyPatch) -> None:
+    mp.setattr(AgentCore, "fence_deadline", lambda self: None)
+
+
+def _fence_from_newest_heartbeat(mp: pytest.MonkeyPatch) -> None:
+    def deadline(self: AgentCore) -> float | None:
+        if not self._armed:
+            return None
+        due = self._acked_send_s + self._interval_s
+        if self._unacked:
+            due = max(self._unacked.values())  # the newest unacked, not the oldest
+        return due + self._fence_after_s
+
+    mp.setattr(AgentCore, "fence_deadline", deadline)
+
+
+def _fence_from_ack_arrival(mp: pytest.MonkeyPatch) -> None:
+    original = AgentCore._on_ack
+
+    def on_ack(self: AgentCore, ack: agent_pb2.HeartbeatAck, now: float) -> list[Any]:
+        out = original(self, ack, now)
+        if out:
+            self._acked_send_s = now  # the ack's arrival, not the heartbeat's send time
+            self._unacked.clear()
+        return out
+
+    mp.setattr(AgentCore, "_on_ack", on_ack)
+
+
+def _disarm_on_session_close(mp: pytest.MonkeyPatch) -> None:
+    original = AgentCore.on_session_closed
+
+    def closed(self: AgentCore, now: float, reason: str) -> list[Any]:
+        out = original(self, now, reason)
+        self._armed = False  # "no Session, nothing to fence against"
+        return out
+
+    mp.setattr(AgentCore, "on_session_closed", closed)
+
+
+def _ignore_revoke(mp: pytest.MonkeyPatch) -> None:
+    mp.setattr(AgentCore, "_on_revoke", lambda self, r, wall_ms: [])
+
+
+def _resume_before_welcome(mp: pytest.MonkeyPatch) -> None:
+    original = AgentCore.restore
+
+    def restore(self: AgentCore, metas: dict[str, bytes]) -> list[Any]:
+        out = original(self, metas)
+        for task_id in sorted(self._slots):
+            slot = self._slots[task_id]
+            if slot.state is SlotState.PAUSED:
+                assign = agent_pb2.Assign(task_id=task_id, epoch=slot.epoch, attempt=slot.attempt)
+                assign.spec.kind = slot.kind
+                assign.spec.payload = bytes([8])
+                out += self._start(slot, assign)
+        return out
+
+    mp.setattr(AgentCore, "restore", restore)
+
+
+def _late_fence_lead(config: FleetConfig) -> FleetConfig:
+    return replace(config, fence_lead_s=-1.2)  # pause after the deadline, not before it
+
+
+# ---------------------------------------------------------- coordinator core
+
+
+def _admit_live_duplicate(mp: pytest.MonkeyPatch) -> None:
+    original = coordinator_core.judge_claim
+
+    def judge(*args: Any, **kwargs: Any) -> ClaimVerdict:
+        verdict = original(*args, **kwargs)
+        if verdict.kind is ClaimKind.CONFLICT:
+            return ClaimVerdict(ClaimKind.HOLDER_GONE, verdict.heard_ago_s)
+        return verdict
+
+    mp.setattr(coordinator_core, "judge_claim", judge)
+
+
+def _store_proof_unchecked(mp: pytest.MonkeyPatch) -> None:
+    original = coordinator_core.judge_claim
+
+    def judge(record: Any, claim: Any, **kwargs: Any) -> ClaimVerdict:
+        verdict = original(record, claim, **kwargs)
+        if verdict.kind is ClaimKind.CONFLICT and claim.store_id:
+            return ClaimVerdict(ClaimKind.RESTART_PROVEN, verdict.heard_ago_s)
+        return verdict
+
+    mp.setattr(coordinator_core, "judge_claim", judge)
+
+
+def _admit_impostor(mp: pytest.MonkeyPatch) -> None:
+    original = coordinator_core.judge_claim
+
+    def judge(*args: Any, **kwargs: Any) -> ClaimVerdict:
+        verdict = original(*args, **kwargs)
+        if verdict.kind is ClaimKind.IMPOSTOR:
+            return ClaimVerdict(ClaimKind.SAME_INCARNATION, verdict.heard_ago_s)
+        return verdict
+
+    mp.setattr(coordinator_core, "judge_claim", judge)
+
+
+def _no_zombie_revoke(mp: pytest.MonkeyPatch) -> None:
+    mp.setattr(CoordinatorCore, "_fence", lambda self, entry, task, stale, source, out: None)
+
+
+def _no_epoch_bump(mp: pytest.MonkeyPatch) -> None:
+    original = CoordinatorCore._put_task
+
+    def put(self: CoordinatorCore, trigger: TaskTrigger, new: Any, out: Any) -> Any:
+        if trigger is TaskTrigger.ASSIGN and new.epoch > 1:
+            new = replace(new, epoch=new.epoch - 1)  # the new owner reuses the old epoch
+        return original(self, trigger, new, out)
+
+    mp.setattr(CoordinatorCore, "_put_task", put)
+
+
+def _move_at_suspect(settings: CoreSettings) -> CoreSettings:
+    # Tasks move after 1.5 s of silence: before the old owner's fence (2 s).
+    return _unsafe(settings, dead_after_s=1.5, suspect_after_intervals=2)
+
+
+def _margin_without_interval(settings: CoreSettings) -> CoreSettings:
+    # fence_after < dead_after, but fence_after + heartbeat_interval > dead_after.
+    return _unsafe(settings, fence_after_s=2.9)
+
+
+def _fence_after_past_dead_after(settings: CoreSettings) -> CoreSettings:
+    return _unsafe(settings, fence_after_s=3.5)  # sent in Welcome: the agents fence too late
+
+
+# ------------------------------------------------------------------ stand-ins
+
+
+def _redis_fence_ignores_owner(mp: pytest.MonkeyPatch) -> None:
+    mp.setattr(
+        fleetsim.RedisStandIn, "fenced_out", lambda self, head, epoch, owner: epoch < head.epoch
+    )
+
+
+def _etcd_does_not_fence_deposed_leader(mp: pytest.MonkeyPatch) -> None:
+    original = fleetsim.FleetSimulation._etcd_write
+
+    def write(self: fleetsim.FleetSimulation, leader: Any, command: Any) -> bool:
+        saved = self.etcd_term
+        self.etcd_term = leader.term  # the deposed leader's write goes through
+        try:
+            return original(self, leader, command)
+        finally:
+            self.etcd_term = saved
+
+    mp.setattr(fleetsim.FleetSimulation, "_etcd_write", write)
+
+
+MUTATIONS: list[Mutation] = [
+    Mutation("agent never self-fences", "agent", _never_fence),
+    Mutation(
+        "agent fence deadline from the newest heartbeat", "agent", _fence_from_newest_heartbeat
+    ),
+    Mutation("agent stops fence timing when its Session closes", "agent", _disarm_on_session_close),
+    Mutation("agent resumes held tasks before a Welcome", "agent", _resume_before_welcome),
+    Mutation("agent pauses after the fence deadline", "agent", _nothing, config=_late_fence_lead),
+    Mutation("coordinator admits a live duplicate", "coordinator", _admit_live_duplicate),
+    Mutation("coordinator takes any store id as proof", "coordinator", _store_proof_unchecked),
+    Mutation("coordinator admits an impostor", "coordinator", _admit_impostor),
+    Mutation("coordinator reuses the epoch on a move", "coordinator", _no_epoch_bump),
+    Mutation(
+        "coordinator moves tasks at SUSPECT", "coordinator", _nothing, settings=_move_at_suspect
+    ),
+    Mutation(
+        "coordinator sends fence_after >= dead_after",
+        "coordinator",
+        _nothing,
+        settings=_fence_after_past_dead_after,
+    ),
+    Mutation(
+        "coordinator's margin forgets the heartbeat interval",
+        "coordinator",
+        _nothing,
+        settings=_margin_without_interval,
+    ),
+]
+
+
+def first_failure(mutation: Mutation, seeds: range) -> fleetsim.SimulationFailure | None:
+    """Run ``seeds`` under ``mutation``; the first failure, or None."""
+    config = mutation.config(fleetsim.SHAPES["default"])
+    settings = mutation.settings(CoreSettings(default_max_attempts=20, self_check=True))
+    with pytest.MonkeyPatch.context() as mp:
+        mutation.apply(mp)
+        for seed in seeds:
+            try:
+                fleetsim.FleetSimulation(seed, config, settings).run()
+            except fleetsim.SimulationFailure as exc:
+                return exc
+    return None
+
+
+__all__ = ["MUTATIONS", "MUTATION_SEEDS", "Mutation", "agent_core", "first_failure"]

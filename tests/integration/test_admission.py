@@ -46,6 +46,7 @@ async def start_leader(etcd: Any, redis_server: Any) -> AsyncIterator[StartLeade
                 lease_ttl_s=2,
                 redis_url=redis_server.url,
                 admission=admission,
+                auth="none",  # admission is the subject here; mTLS: test_security.py
             ),
             CoreSettings(),
             seed=1,

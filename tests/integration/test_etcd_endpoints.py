@@ -51,6 +51,7 @@ async def test_member_loss_keeps_the_leader(
                 etcd_timeout_s=2.0,
                 lease_ttl_s=3,
                 redis_url=redis_server.url,
+                auth="none",  # etcd failover is the subject here; mTLS: test_security.py
             ),
             FAST,
             seed=i,

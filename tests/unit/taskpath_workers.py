@@ -1,4 +1,4 @@
-"""Handlers run in worker processes by tests/unit/test_taskpath.py (importable by name)."""
+"""Handlers run in worker processes by tests/unit/test_taskpath_core.py (importable by name)."""
 
 from __future__ import annotations
 

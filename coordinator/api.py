@@ -98,6 +98,7 @@ from coordinator.core import (
     TaskSubmitted,
     UncordonRequested,
 )
+from coordinator.core.limits import LIMITS, watch_filter_problem
 from coordinator.core.records import labels_match
 from coordinator.etcd_store import Collection, ReadCache
 from coordinator.eventarchive import EventArchive
@@ -132,8 +133,8 @@ WATCH_GAP_METADATA = "lazarus-watch-gap"
 """Initial metadata of a WatchEvents stream that could not start at from_revision ("1")."""
 WATCH_OLDEST_METADATA = "lazarus-watch-oldest-revision"
 """Initial metadata with the oldest revision the leader still held when the stream started."""
-MAX_REASON_BYTES = 1024
-MAX_ID_BYTES = 128
+MAX_REASON_BYTES = LIMITS.reason_bytes
+MAX_ID_BYTES = LIMITS.id_bytes
 MAX_RELEASE_TIMEOUT_MS = 24 * 3600 * 1000
 """Longest release timeout a DrainNode / MigrateTask may ask for (one day)."""
 MIN_PROGRESS_INTERVAL_MS = 10
@@ -261,6 +262,13 @@ def _release_timeout_s(value_ms: int) -> float | None:
     if value_ms > MAX_RELEASE_TIMEOUT_MS:
         raise _invalid(f"release_timeout_ms: must be at most {MAX_RELEASE_TIMEOUT_MS}")
     return value_ms / 1000.0 if value_ms else None
+
+
+def _check_watch_filter(request: coordinator_pb2.WatchEventsRequest) -> frozenset[int]:
+    problem = watch_filter_problem(len(request.types), request.task_id, request.node_id)
+    if problem:
+        raise _invalid(problem)
+    return _check_event_types(request.types)
 
 
 def _check_event_types(values: Sequence[int]) -> frozenset[int]:
@@ -973,7 +981,7 @@ class CoordinatorApi:
         leader changed: resume from the last revision + 1), RESOURCE_EXHAUSTED
         (this watcher fell too far behind).
         """
-        types = await self._validated(context, lambda: _check_event_types(request.types))
+        types = await self._validated(context, lambda: _check_watch_filter(request))
         if not self._runtime.leading:
             async for response in self._proxy_watch(request, context):
                 yield response

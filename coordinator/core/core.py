@@ -78,7 +78,7 @@ from dataclasses import dataclass, field, replace
 from random import Random
 from typing import Any
 
-from coordinator.core import notices
+from coordinator.core import limits, notices
 from coordinator.core.commands import (
     CloseSession,
     Command,
@@ -159,12 +159,12 @@ __all__ = ["CoordinatorCore", "CoreSnapshot", "NodeView", "Role"]
 MAX_PREVIOUS_OWNERS = 16
 """TaskRecord.previous_owner_node_ids keeps at most this many (the newest)."""
 
-MAX_ID_BYTES = 128
-MAX_SPEC_PAYLOAD_BYTES = 256 * 1024
+MAX_ID_BYTES = limits.LIMITS.id_bytes
+"""Longest request id and task kind accepted, UTF-8 bytes (``coordinator.core.limits``)."""
+MAX_SPEC_PAYLOAD_BYTES = limits.LIMITS.spec_payload_bytes
 """Largest ``spec.payload`` accepted: the task record (payload, then the result) is
 one etcd value, and etcd refuses requests over 1.5 MiB. Large inputs belong in
 an object store; pass a reference."""
-"""Longest request id and task kind accepted, UTF-8 bytes."""
 
 _LIVE = frozenset({NodeState.ALIVE, NodeState.DRAINING})
 _GONE = frozenset({NodeState.DEAD, NodeState.LEFT})
@@ -387,7 +387,11 @@ class CoordinatorCore:
         if self._role is not Role.LEADER and not isinstance(event, LeadershipAcquired):
             raise UsageError(f"{type(event).__name__} fed to a core that is not leading")
         out = _Out()
-        handler(event, out)
+        screened = limits.screen(event)
+        if isinstance(screened, limits.Refusal):
+            self._refuse_at_intake(event, screened.message, out)
+        else:
+            handler(screened, out)
         self._place(out)
         commands = out.commands(self._term, self._now_s)
         check_command_order(commands)
@@ -514,6 +518,37 @@ class CoordinatorCore:
         self._role = Role.FOLLOWER
         self._grace_until_s = -math.inf
         self._reset()
+
+    def _refuse_at_intake(self, ev: Event, message: str, out: _Out) -> None:
+        """An input over a limit of ``coordinator.core.limits``: refuse it, decide nothing.
+
+        A Hello closes its Session, a heartbeat or lineage report closes the
+        node's current Session (INVALID_ARGUMENT naming the field); a task
+        update is answered REJECTED naming the field; a request is replied
+        INVALID_ARGUMENT.
+        """
+        if isinstance(ev, SessionOpened):
+            out.sends.append(
+                CloseSession(ev.node_id, ev.session_id, StatusCode.INVALID_ARGUMENT, message)
+            )
+        elif isinstance(ev, HeartbeatReceived | LineageReported):
+            entry = self._current(ev.node_id, ev.session_id)
+            if entry is not None:
+                self._close_session(entry, StatusCode.INVALID_ARGUMENT, message, out)
+        elif isinstance(ev, TaskUpdateReceived):
+            entry = self._current(ev.node_id, ev.session_id)
+            task = self._tasks.get(ev.task_id)
+            if entry is not None:
+                current = task.epoch if task is not None else 0
+                ack = TaskUpdateAck(
+                    ev.update_seq, ev.task_id, ev.epoch, UpdateOutcome.REJECTED, current, message
+                )
+                self._send(entry, ack, out)
+        elif isinstance(
+            ev,
+            TaskSubmitted | CancelRequested | DrainRequested | MigrateRequested | UncordonRequested,
+        ):
+            out.sends.append(ReplyToRequest(ev.request_id, StatusCode.INVALID_ARGUMENT, message))
 
     def _on_leadership_acquired(self, ev: LeadershipAcquired, out: _Out) -> None:
         if ev.term < self._term:

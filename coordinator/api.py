@@ -825,7 +825,23 @@ class CoordinatorApi:
             mass_failure_guard_active=guard,
             read_revision=self._cache.revision,
             now_unix_ms=convert.s_to_ms(runtime.now_s()),
+            quarantined=self._quarantined(),
         )
+
+    def _quarantined(self) -> list[records_pb2.QuarantinedRecord]:
+        """Records moved aside at load (``coordinator.core.loadcheck``), without their bytes."""
+        out = []
+        for name, data in sorted(self._cache.records(Collection.QUARANTINE).items()):
+            try:
+                record = records_pb2.QuarantinedRecord.FromString(data)
+            except DecodeError:
+                collection, _, rest = name.partition("/")
+                record = records_pb2.QuarantinedRecord(
+                    collection=collection, name=rest, reason="(quarantine entry unreadable)"
+                )
+            record.ClearField("value")
+            out.append(record)
+        return out
 
     # ------------------------------------------------------------------ later issues
 

@@ -147,6 +147,7 @@ class CoordinatorServer:
         self._archive_redis: redis.asyncio.Redis | None = None
         self.runtime: CoordinatorRuntime | None = None
         self._health: health_aio.HealthServicer | None = None
+        self._failure_task: asyncio.Task[None] | None = None
         self.address = ""
 
     async def start(self) -> None:
@@ -213,6 +214,7 @@ class CoordinatorServer:
             archive=archive,
         )
         self._health = await add_health_and_reflection(server)
+        runtime.on_failure(self._leader_loop_failed)
         await server.start()
         self._server = server
         self._members = MemberRegistry(
@@ -238,6 +240,19 @@ class CoordinatorServer:
             s.cluster,
             s.etcd_endpoint,
         )
+
+    def _leader_loop_failed(self, exc: BaseException) -> None:
+        """The leader loop ended with an error (it resigned): health turns NOT_SERVING."""
+        health = self._health
+        if health is None:
+            return
+
+        async def not_serving() -> None:
+            for name in ("", *SERVICE_NAMES):
+                await health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
+
+        _log.error("leader loop failed (%s): health is NOT_SERVING; restart this replica", exc)
+        self._failure_task = asyncio.create_task(not_serving(), name="health-not-serving")
 
     async def stop(self) -> None:
         """Resign at once, then stop serving and close everything (idempotent)."""

@@ -1071,6 +1071,8 @@ def status(
     if reply.members:
         members = ", ".join(f"{m.member_id} ({m.address})" for m in reply.members)
         table.add_row("members", members)
+    for q in reply.quarantined:
+        table.add_row("[red]quarantined[/]", f"{q.collection}/{q.name}: {q.reason}")
     out.print(table)
 
 

@@ -580,6 +580,8 @@ class CoordinatorCore:
                     )
                 )
             self._tasks.insert(task)
+        for q in ev.quarantined:
+            out.notices.append(notices.RecordQuarantined(q.collection, q.name, q.reason))
         self._placement_dirty = True
 
     # ------------------------------------------------------------------

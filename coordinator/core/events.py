@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from coordinator.core.loadcheck import Quarantine
 from coordinator.core.records import (
     CheckpointSummary,
     HeldTask,
@@ -70,12 +71,15 @@ class LeadershipAcquired:
     """This replica won the election; the records are what it loaded from etcd.
 
     Every node gets a full ``dead_after_s`` from ``now_s`` before it is judged.
+    ``quarantined``: records the shell moved aside after
+    ``coordinator.core.loadcheck.screen_loaded`` (a RecordQuarantined event each).
     """
 
     term: int
     now_s: float
     nodes: tuple[NodeRecord, ...] = ()
     tasks: tuple[TaskRecord, ...] = ()
+    quarantined: tuple[Quarantine, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -46,7 +46,6 @@ from coordinator.core.events import (
     HeartbeatReceived,
     LineageReported,
     MigrateRequested,
-    Released,
     SessionOpened,
     Started,
     TaskSubmitted,
@@ -285,15 +284,13 @@ def _task_update(ev: TaskUpdateReceived, limits: IntakeLimits) -> Event | Refusa
         problem = _checkpoint_problem(f"{field}.started.resumed_from", change.resumed_from, limits)
     elif isinstance(change, Checkpointed):
         problem = _checkpoint_problem(f"{field}.checkpointed.checkpoint", change.checkpoint, limits)
-    elif isinstance(change, Released):
+    else:
         problem = _first(
             (
                 text_problem(f"{field}.released.move_id", change.move_id, limits.reason_bytes),
                 _checkpoint_problem(f"{field}.released.checkpoint", change.checkpoint, limits),
             )
         )
-    else:
-        problem = ""
     return Refusal(problem) if problem else ev
 
 

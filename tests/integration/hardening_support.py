@@ -35,6 +35,7 @@ async def start_replica(
     cluster: str,
     member_id: str = "c1",
     settings: CoreSettings | None = None,
+    observer: Any = None,
     **server_settings: Any,
 ) -> CoordinatorServer:
     """Start one in-process replica; wait until it leads when it is the first.
@@ -59,6 +60,7 @@ async def start_replica(
             **server_settings,
         ),
         settings if settings is not None else CoreSettings(),
+        observer=observer,
         seed=7,
     )
     await server.start()
@@ -116,7 +118,9 @@ class RawAgent:
         )
         return self.update_seq
 
-    async def recv_until(self, body: str, timeout_s: float = WAIT_S) -> agent_pb2.CoordinatorMessage:
+    async def recv_until(
+        self, body: str, timeout_s: float = WAIT_S
+    ) -> agent_pb2.CoordinatorMessage:
         """Read until a message with this body arrives (others are skipped)."""
         async with asyncio.timeout(timeout_s):
             while True:

@@ -54,7 +54,6 @@ Theory of operation: every replica serves this service.
 Pages are ordered by id; a page token is the last id returned plus a digest of
 the filters, so a token used with other filters is refused.
 
-Not done yet: ForkTask answers UNIMPLEMENTED.
 """
 
 from __future__ import annotations
@@ -99,7 +98,7 @@ from coordinator.core import (
     UncordonRequested,
 )
 from coordinator.core.limits import LIMITS, watch_filter_problem
-from coordinator.core.records import labels_match
+from coordinator.core.records import CheckpointSummary, labels_match
 from coordinator.etcd_store import Collection, ReadCache
 from coordinator.eventarchive import EventArchive
 from coordinator.eventlog import EventFilter, Watcher
@@ -188,6 +187,10 @@ class _TaskMemo:
             if len(memo) > len(live) + 64:
                 for name in [n for n in memo if n not in live]:
                     del memo[name]
+
+
+class ForkSeedRefused(Exception):
+    """Redis already holds state under a fork's new task id (the fork fails)."""
 
 
 class _Refused(Exception):
@@ -354,6 +357,7 @@ class CoordinatorApi:
         self._redis_ca_file = redis_ca_file
         self._redis: redis.asyncio.Redis | None = None
         self._pending: set[asyncio.Task[ReplyToRequest]] = set()
+        runtime.fork_seeder = self._seed_fork
 
     async def close(self) -> None:
         """Close the proxy channels to leaders and the Redis client."""
@@ -853,11 +857,15 @@ class CoordinatorApi:
         Follows the checkpointer seeds' ``fork(from, edits)``: the source
         checkpoint (the newest one Redis holds of its task) is read, each edit
         sets one top-level key of its JSON-object state, and the result is
-        seeded in Redis as the new task's first checkpoint (seq 1, epoch 1,
-        ``parent_ref`` = the source) before the task is submitted, so its first
-        owner resumes from it. Idempotent on ``request_id`` (the seed write is
-        a repeated (epoch, seq) the second time). Statuses as in coordinator.proto.
-        Followers proxy the whole call to the leader.
+        submitted with the new task; the core validates the fork first and
+        only once it accepted it (the task persisted, its id taken) is the
+        seed written to Redis as the new task's first checkpoint (seq 1,
+        epoch 1, ``parent_ref`` = the source; ``SeedFork``), before the task
+        can be placed, so its first owner resumes from it. A refused fork
+        leaves nothing in Redis, and a seed is never written under an id that
+        has state (UNAVAILABLE and the task FAILED when the seed cannot be
+        written). Idempotent on ``request_id``. Statuses as in
+        coordinator.proto. Followers proxy the whole call to the leader.
         """
         if not self._runtime.leading:
             proxied: coordinator_pb2.ForkTaskResponse = await self._proxy(
@@ -938,18 +946,6 @@ class CoordinatorApi:
             node_id=f"coordinator:{self._runtime.settings.member_id}",
             parent_ref=ref,
         )
-        try:
-            async with asyncio.timeout(context.time_remaining()):
-                wrote = await self._replica().write(
-                    ReplicationItem(task_id, 1, seed.node_id, checkpoint=seed)
-                )
-        except (redis.exceptions.RedisError, OSError, TimeoutError) as exc:
-            await context.abort(grpc.StatusCode.UNAVAILABLE, f"Redis is unreachable: {exc}")
-            raise AssertionError("unreachable") from exc
-        if wrote.outcome is Outcome.STALE:
-            await context.abort(
-                grpc.StatusCode.ALREADY_EXISTS, f"new_task_id: {task_id!r} is taken"
-            )
         event = TaskSubmitted(
             request_id=request.request_id,
             spec=convert.task_spec_from_pb(spec),
@@ -957,12 +953,19 @@ class CoordinatorApi:
             task_id=task_id,
             forked_from_ref=ref,
             fork_edits=len(edits),
+            fork_seed=seed.SerializeToString(),
         )
+        # The core decides first; the seed is written only once it accepted the
+        # fork (its SeedFork command, after the task's persist), so a refused
+        # fork leaves nothing in Redis.
         result = await self._request(event, request.request_id, context)
         task = self._task_after(result)
         if task is None:
             await self._unavailable(context)
         assert task is not None
+        error = task.last_error
+        if result.created and error is not None and error.code.name == "RESTORE_FAILED":
+            await context.abort(grpc.StatusCode.UNAVAILABLE, f"task {task_id!r}: {error.message}")
         task_pb = convert.task_record_to_pb(task)
         created = result.created
         summary = records_pb2.CheckpointSummary(
@@ -977,6 +980,36 @@ class CoordinatorApi:
         )
         return coordinator_pb2.ForkTaskResponse(
             task_id=task_pb.task_id, task=task_pb, checkpoint=summary, created=created
+        )
+
+    async def _seed_fork(self, task_id: str, data: bytes) -> CheckpointSummary:
+        """Write an accepted fork's seed as its task's first checkpoint (``SeedFork``).
+
+        Raises:
+            ForkSeedRefused: Redis already holds state under ``task_id`` (a fork
+                never seeds into a task that has state).
+            redis.exceptions.RedisError, OSError, TimeoutError: Redis unreachable.
+        """
+        seed = records_pb2.CheckpointRecord.FromString(data)
+        replica = self._replica()
+        async with asyncio.timeout(REDIS_TIMEOUT_S):
+            existing = await replica.load(task_id)
+            if existing is not None and (existing.checkpoint is not None or existing.epoch):
+                raise ForkSeedRefused(f"Redis already holds state of {task_id!r}")
+            wrote = await replica.write(ReplicationItem(task_id, 1, seed.node_id, checkpoint=seed))
+        if wrote.outcome is Outcome.STALE:
+            raise ForkSeedRefused(f"Redis already holds newer state of {task_id!r}")
+        return CheckpointSummary(
+            checkpoint_ref=seed.checkpoint_ref,
+            epoch=1,
+            seq=1,
+            replicated=True,
+            task_id=task_id,
+            label=seed.label,
+            created_at_unix_ms=seed.created_at_unix_ms,
+            stored_bytes=len(seed.payload),
+            node_id=seed.node_id,
+            parent_ref=seed.parent_ref,
         )
 
     async def _source_spec(self, task_id: str) -> records_pb2.TaskSpec | None:

@@ -39,7 +39,7 @@ import dataclasses
 import logging
 import time
 import uuid
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from random import Random
 from typing import Any, Protocol
@@ -56,6 +56,7 @@ from coordinator.core import (
     CoreSettings,
     EmitEvent,
     Event,
+    ForkSeeded,
     HeartbeatAck,
     LeadershipAcquired,
     LeadershipLost,
@@ -65,6 +66,7 @@ from coordinator.core import (
     PersistTasks,
     ReplyToRequest,
     Role,
+    SeedFork,
     SendDirective,
     StatusCode,
     StepDown,
@@ -74,6 +76,7 @@ from coordinator.core import (
 from coordinator.core.commands import batched
 from coordinator.core.loadcheck import Quarantine, screen_loaded
 from coordinator.core.notices import IdentityConflict
+from coordinator.core.records import CheckpointSummary
 from coordinator.election import Election, Leadership
 from coordinator.election import LeadershipLost as ElectionLost
 from coordinator.etcd_store import (
@@ -299,6 +302,8 @@ class CoordinatorRuntime:
         self._fatal: asyncio.Future[None] | None = None
         self._failure_listeners: list[Callable[[BaseException], None]] = []
         self.failure: BaseException | None = None
+        self.fork_seeder: Callable[[str, bytes], Awaitable[CheckpointSummary]] | None = None
+        """Writes a fork's seed checkpoint to Redis (set by the API); see ``SeedFork``."""
         """What ended the leader loop (None while it runs or after a cancel)."""
 
     # ------------------------------------------------------------------ state
@@ -621,6 +626,8 @@ class CoordinatorRuntime:
                         "dropping %d commands after a failed persist", len(commands) - index
                     )
                     return
+            elif isinstance(command, SeedFork):
+                await self._seed_fork(command)
             elif isinstance(command, EmitEvent):
                 self._emit(command)
             elif isinstance(command, SendDirective):
@@ -643,6 +650,23 @@ class CoordinatorRuntime:
             elif isinstance(command, StepDown):
                 _log.warning("stepping down: %s", command.reason)
                 self._spawn(self._resign_quietly())
+
+    async def _seed_fork(self, command: SeedFork) -> None:
+        """Write a forked task's seed (its task is persisted), then step the outcome."""
+        seeder = self.fork_seeder
+        checkpoint = None
+        reason = ""
+        try:
+            if seeder is None:
+                raise RuntimeError("this replica has no checkpoint store to seed forks in")
+            checkpoint = await seeder(command.task_id, command.seed)
+        except Exception as exc:  # Redis down, or state already under that id
+            reason = str(exc) or type(exc).__name__
+            _log.warning("seeding fork %s failed: %s", command.task_id, reason)
+        event = ForkSeeded(
+            command.task_id, self._now(), ok=not reason, checkpoint=checkpoint, reason=reason
+        )
+        await self._run_locked(self.core.step(event))
 
     async def _resign_quietly(self) -> None:
         try:

@@ -13,6 +13,8 @@ returns):
    ``MAX_TXN_OPS`` puts (etcd's default ``--max-txn-ops``). Each is a
    leader-fenced etcd transaction (compare the election key's create revision
    to ``term``). The shell awaits each one before running the next command.
+   Then ``SeedFork`` (a forked task's first checkpoint to Redis, only after
+   its task is persisted; the shell feeds ``ForkSeeded`` with the outcome).
 2. ``EmitEvent``: notices about what was just persisted (the shell may append
    them to the etcd event log; they carry the same term).
 3. ``SendDirective``, ``ReplyToRequest``, ``CloseSession``: messages to node
@@ -51,6 +53,7 @@ __all__ = [
     "PersistNodes",
     "PersistTasks",
     "ReplyToRequest",
+    "SeedFork",
     "SendDirective",
     "StatusCode",
     "StepDown",
@@ -112,6 +115,21 @@ class PersistTasks:
 
 
 @dataclass(frozen=True, slots=True)
+class SeedFork:
+    """Write a forked task's first checkpoint to Redis, then feed ``ForkSeeded``.
+
+    Comes after the persist of the task it seeds (the fork was accepted and
+    the id is durably taken) and before any directive: the task is placed
+    only once the outcome is stepped. ``seed`` is the serialised
+    ``CheckpointRecord`` the orchestrator request built.
+    """
+
+    term: int
+    task_id: str
+    seed: bytes
+
+
+@dataclass(frozen=True, slots=True)
 class EmitEvent:
     """Publish a cluster event (WatchEvents; the etcd event log)."""
 
@@ -167,6 +185,7 @@ class StepDown:
 Command = (
     PersistNodes
     | PersistTasks
+    | SeedFork
     | EmitEvent
     | SendDirective
     | ReplyToRequest
@@ -177,11 +196,12 @@ Command = (
 _RANK: dict[type, int] = {
     PersistNodes: 0,
     PersistTasks: 1,
-    EmitEvent: 2,
-    SendDirective: 3,
-    ReplyToRequest: 3,
-    CloseSession: 3,
-    StepDown: 4,
+    SeedFork: 2,
+    EmitEvent: 3,
+    SendDirective: 4,
+    ReplyToRequest: 4,
+    CloseSession: 4,
+    StepDown: 5,
 }
 
 

@@ -86,6 +86,7 @@ from coordinator.core.commands import (
     PersistNodes,
     PersistTasks,
     ReplyToRequest,
+    SeedFork,
     SendDirective,
     StatusCode,
     StepDown,
@@ -112,6 +113,7 @@ from coordinator.core.events import (
     DrainRequested,
     Event,
     Failed,
+    ForkSeeded,
     GoodbyeReceived,
     HeartbeatReceived,
     LeadershipAcquired,
@@ -255,6 +257,7 @@ class _Out:
 
     nodes: dict[str, NodeRecord] = field(default_factory=dict)
     tasks: dict[str, TaskRecord] = field(default_factory=dict)
+    seeds: list[SeedFork] = field(default_factory=list)
     notices: list[notices.Notice] = field(default_factory=list)
     sends: list[SendDirective | ReplyToRequest | CloseSession] = field(default_factory=list)
     step_down: StepDown | None = None
@@ -265,6 +268,7 @@ class _Out:
         task_records = [self.tasks[k] for k in sorted(self.tasks)]
         out.extend(PersistNodes(term, chunk) for chunk in batched(node_records))
         out.extend(PersistTasks(term, chunk) for chunk in batched(task_records))
+        out.extend(self.seeds)
         out.extend(EmitEvent(term, now_s, body) for body in self.notices)
         out.extend(self.sends)
         if self.step_down is not None:
@@ -308,6 +312,8 @@ class CoordinatorCore:
         # Tasks whose release timed out: revoked at this epoch, requeued once the
         # owner shows it stopped (a heartbeat or Hello without it) or is gone.
         self._revoking: dict[str, int] = {}
+        # Forked tasks whose seed checkpoint is being written: not placed until ForkSeeded.
+        self._unseeded: set[str] = set()
         # True once a tick ran after the grace: verdicts and moves are under way.
         self._judging = False
         self._handlers: dict[type, Callable[[Any, _Out], None]] = {
@@ -323,6 +329,7 @@ class CoordinatorCore:
             MigrateRequested: self._on_migrate,
             UncordonRequested: self._on_uncordon,
             LineageReported: self._on_lineage,
+            ForkSeeded: self._on_fork_seeded,
             Tick: self._on_tick,
         }
 
@@ -511,6 +518,7 @@ class CoordinatorCore:
         self._last_heard = {}
         self._revoking = {}
         self._pinned = {}
+        self._unseeded = set()
         self._placement_dirty = False
         self._judging = False
 
@@ -582,6 +590,7 @@ class CoordinatorCore:
             self._tasks.insert(task)
         for q in ev.quarantined:
             out.notices.append(notices.RecordQuarantined(q.collection, q.name, q.reason))
+        self._fail_unseeded_forks(out)
         self._placement_dirty = True
 
     # ------------------------------------------------------------------
@@ -1165,6 +1174,11 @@ class CoordinatorCore:
         )
         self._tasks.insert(task)
         out.tasks[task_id] = task
+        if ev.fork_seed:
+            # Written only now that the fork is accepted and its id taken (after
+            # the persist); placed only once ForkSeeded says the seed is in Redis.
+            self._unseeded.add(task_id)
+            out.seeds.append(SeedFork(self._term, task_id, ev.fork_seed))
         self._placement_dirty = True
         out.notices.append(notices.TaskSubmitted(task_id, spec.kind, ev.request_id))
         if ev.forked_from_ref:
@@ -1365,6 +1379,42 @@ class CoordinatorCore:
                 )
             )
         self._send(entry, LineageAck(ev.fork_id, ev.task_id, ev.epoch), out)
+
+    def _on_fork_seeded(self, ev: ForkSeeded, out: _Out) -> None:
+        """The seed of a forked task is in Redis (place it), or could not be written (fail it)."""
+        task = self._tasks.get(ev.task_id)
+        if ev.task_id not in self._unseeded or task is None:
+            return
+        self._unseeded.discard(ev.task_id)
+        if task.state is not TaskState.PENDING:
+            return
+        if ev.ok:
+            # Recorded so that a new leader knows the seed exists (see _fail_unseeded_forks).
+            self._put_task(
+                TaskTrigger.ANNOTATE, replace(task, last_replicated_checkpoint=ev.checkpoint), out
+            )
+            self._placement_dirty = True
+            return
+        error = TaskError(
+            code=TaskErrorCode.RESTORE_FAILED,
+            message=f"the fork's seed checkpoint could not be written: {ev.reason}",
+            retryable=False,
+        )
+        self._finish(task, TaskTrigger.EXPIRE, TaskState.FAILED, out, last_error=error)
+        out.notices.append(notices.TaskFailed(task.task_id, "", 0, error, False))
+
+    def _fail_unseeded_forks(self, out: _Out) -> None:
+        """Forks a previous leader accepted but never saw seeded: their seed is lost; fail them."""
+        for task in self._tasks.pending():
+            if task.forked_from_ref and task.epoch == 0 and task.last_replicated_checkpoint is None:
+                error = TaskError(
+                    code=TaskErrorCode.RESTORE_FAILED,
+                    message="a leader change interrupted the fork before its seed was "
+                    "confirmed; fork again with a new request id",
+                    retryable=False,
+                )
+                self._finish(task, TaskTrigger.EXPIRE, TaskState.FAILED, out, last_error=error)
+                out.notices.append(notices.TaskFailed(task.task_id, "", 0, error, False))
 
     def _complete(self, task: TaskRecord, change: Completed, out: _Out) -> None:
         holder = _epoch_holder(task)
@@ -1611,6 +1661,8 @@ class CoordinatorCore:
         if self._pinned:
             self._place_pinned(out)
         pending = self._tasks.pending()
+        if self._unseeded:
+            pending = [t for t in pending if t.task_id not in self._unseeded]
         if not pending:
             return
         candidates = self._candidates()
@@ -1811,6 +1863,7 @@ class CoordinatorCore:
         self._requeue.pop(task.task_id, None)
         self._revoking.pop(task.task_id, None)
         self._pinned.pop(task.task_id, None)
+        self._unseeded.discard(task.task_id)
         self._put_task(
             trigger,
             replace(

@@ -39,6 +39,7 @@ __all__ = [
     "DrainRequested",
     "Event",
     "Failed",
+    "ForkSeeded",
     "GoodbyeReceived",
     "HeartbeatReceived",
     "LeadershipAcquired",
@@ -230,6 +231,10 @@ class TaskSubmitted:
     ``task_id`` empty asks the leader to generate one. ``forked_from_ref`` is
     set by ForkTask: the checkpoint the new task starts from (already seeded in
     Redis under the new task's id); ``fork_edits`` counts the state edits.
+    ``fork_seed`` is the new task's first checkpoint, opaque to the core: only
+    once the core accepted the fork does it ask the shell to write it
+    (``SeedFork``, after the task's persist), and the task is not placed
+    before ``ForkSeeded`` reports the outcome — a refused fork leaves nothing.
     """
 
     request_id: str
@@ -238,6 +243,21 @@ class TaskSubmitted:
     task_id: str = ""
     forked_from_ref: str = ""
     fork_edits: int = 0
+    fork_seed: bytes = b""
+
+
+@dataclass(frozen=True, slots=True)
+class ForkSeeded:
+    """The shell ran ``SeedFork``: the forked task's first checkpoint is in Redis, or not.
+
+    ``checkpoint`` summarises the seed written (``ok``); ``reason`` says why not.
+    """
+
+    task_id: str
+    now_s: float
+    ok: bool
+    checkpoint: CheckpointSummary | None = None
+    reason: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -348,5 +368,6 @@ Event = (
     | MigrateRequested
     | UncordonRequested
     | LineageReported
+    | ForkSeeded
     | Tick
 )

@@ -103,6 +103,7 @@ from coordinator.etcd_store import Collection, ReadCache
 from coordinator.eventarchive import EventArchive
 from coordinator.eventlog import EventFilter, Watcher
 from coordinator.members import list_members
+from coordinator.recordarchive import RecordArchive
 from coordinator.redisconn import redis_client
 from coordinator.runtime import CoordinatorRuntime, NotLeading, grpc_status
 from lazarus.v1 import coordinator_pb2, coordinator_pb2_grpc, records_pb2
@@ -344,8 +345,10 @@ class CoordinatorApi:
         redis_ca_file: str = "",
         etcd_client: aetcd.Client | None = None,
         archive: EventArchive | None = None,
+        records: RecordArchive | None = None,
     ) -> None:
         self._runtime = runtime
+        self._records = records
         self._cache = cache
         self._etcd = etcd_client
         self._archive = archive
@@ -678,6 +681,11 @@ class CoordinatorApi:
                 if data is None
                 else convert.task_record_from_pb(records_pb2.TaskRecord.FromString(data))
             )
+        if task is None and self._runtime.leading:  # retired, but not yet deleted
+            data = self._cache.get(Collection.TASKS, request.task_id)
+            task = None if data is None else self._task_memo.decode(request.task_id, data)
+        if task is None:
+            task = await self._archived_task(request.task_id)
         if task is None:
             await context.abort(
                 grpc.StatusCode.NOT_FOUND, f"task_id: {request.task_id!r} not found"
@@ -688,6 +696,24 @@ class CoordinatorApi:
             forks=await self._forks(request.task_id),
             read_revision=self._cache.revision,
         )
+
+    async def _archived_task(self, task_id: str) -> TaskRecord | None:
+        """A task retention moved out of etcd, from the Redis archive (None: none / unreadable)."""
+        if self._records is None:
+            return None
+        try:
+            async with asyncio.timeout(REDIS_TIMEOUT_S):
+                data = await self._records.task(task_id)
+        except (redis.exceptions.RedisError, OSError, TimeoutError) as exc:
+            _log.warning("task %s: the record archive is unreadable: %s", task_id, exc)
+            return None
+        if data is None:
+            return None
+        try:
+            return convert.task_record_from_pb(records_pb2.TaskRecord.FromString(data))
+        except (DecodeError, ValueError) as exc:
+            _log.error("archived task record %r unreadable: %s", task_id, exc)
+            return None
 
     async def _forks(self, task_id: str) -> list[records_pb2.ForkRecord]:
         """The task's fork records, which fenced owners write to Redis (DESIGN.md §7).
@@ -1270,6 +1296,7 @@ def add_coordinator_service(
     redis_ca_file: str = "",
     etcd_client: aetcd.Client | None = None,
     archive: EventArchive | None = None,
+    records: RecordArchive | None = None,
 ) -> CoordinatorApi:
     """Register CoordinatorService on ``server``.
 
@@ -1293,6 +1320,7 @@ def add_coordinator_service(
         redis_ca_file=redis_ca_file,
         etcd_client=etcd_client,
         archive=archive,
+        records=records,
     )
     coordinator_pb2_grpc.add_CoordinatorServiceServicer_to_server(api, server)  # type: ignore[no-untyped-call]
     return api

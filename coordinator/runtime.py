@@ -65,6 +65,7 @@ from coordinator.core import (
     PersistNodes,
     PersistTasks,
     ReplyToRequest,
+    RetireRecords,
     Role,
     SeedFork,
     SendDirective,
@@ -90,6 +91,7 @@ from coordinator.etcd_store import (
     Snapshot,
 )
 from coordinator.eventlog import EventLog
+from coordinator.recordarchive import RecordArchive
 from lazarus.v1 import agent_pb2, records_pb2
 
 __all__ = [
@@ -302,6 +304,10 @@ class CoordinatorRuntime:
         self._fatal: asyncio.Future[None] | None = None
         self._failure_listeners: list[Callable[[BaseException], None]] = []
         self.failure: BaseException | None = None
+        self.record_archive: RecordArchive | None = None
+        """Where retired records go (None: they stay in etcd); see ``RetireRecords``."""
+        self.retired = 0
+        """Records moved from etcd to the archive by this replica."""
         self.fork_seeder: Callable[[str, bytes], Awaitable[CheckpointSummary]] | None = None
         """Writes a fork's seed checkpoint to Redis (set by the API); see ``SeedFork``."""
         """What ended the leader loop (None while it runs or after a cancel)."""
@@ -590,10 +596,13 @@ class CoordinatorRuntime:
         nodes: dict[str, NodeRecord] = {}
         tasks: dict[str, TaskRecord] = {}
         rest: list[Command] = []
+        retire: list[RetireRecords] = []
         term = 0
         for commands in steps:
             for command in commands:
-                if isinstance(command, PersistNodes):
+                if isinstance(command, RetireRecords):
+                    retire.append(command)
+                elif isinstance(command, PersistNodes):
                     term = command.term
                     for node in command.records:
                         nodes.pop(node.node_id, None)
@@ -605,6 +614,9 @@ class CoordinatorRuntime:
                         tasks[task.task_id] = task
                 else:
                     rest.append(command)
+        for retirement in retire:  # before the persists: an id may be re-created after
+            if not await self._retire(retirement):
+                return
         for chunk in batched(list(nodes.values())):
             if not await self._persist(PersistNodes(term, chunk)):
                 return
@@ -628,6 +640,9 @@ class CoordinatorRuntime:
                     return
             elif isinstance(command, SeedFork):
                 await self._seed_fork(command)
+            elif isinstance(command, RetireRecords):
+                if not await self._retire(command):
+                    return
             elif isinstance(command, EmitEvent):
                 self._emit(command)
             elif isinstance(command, SendDirective):
@@ -650,6 +665,41 @@ class CoordinatorRuntime:
             elif isinstance(command, StepDown):
                 _log.warning("stepping down: %s", command.reason)
                 self._spawn(self._resign_quietly())
+
+    async def _retire(self, command: RetireRecords) -> bool:
+        """Archive retired records in Redis, then delete them from etcd (fenced).
+
+        Returns:
+            False when the fenced delete lost leadership (drop the rest).
+        """
+        archive = self.record_archive
+        leadership = self._leadership
+        if archive is None or leadership is None:
+            return leadership is not None
+        tasks = [
+            (t.task_id, convert.task_record_to_pb(t).SerializeToString()) for t in command.tasks
+        ]
+        nodes = [
+            (n.node_id, convert.node_record_to_pb(n).SerializeToString()) for n in command.nodes
+        ]
+        try:
+            await archive.put(tasks, nodes)
+        except Exception as exc:  # Redis down: they stay in etcd; a next leader retires them
+            _log.warning("archiving %d records failed (%s); they stay in etcd", len(tasks), exc)
+            return True
+        ops: list[RecordOp] = [DeleteRecord(Collection.TASKS, task_id) for task_id, _ in tasks]
+        ops.extend(DeleteRecord(Collection.NODES, node_id) for node_id, _ in nodes)
+        try:
+            await self.store.write(leadership.fence, ops)
+        except FencedWriteRejected as exc:
+            leadership.report_fence_rejected()
+            self.core.step(LeadershipLost(now_s=self._now(), reason=str(exc)))
+            return False
+        except (EtcdUnavailable, aetcd.ClientError) as exc:
+            _log.warning("deleting %d retired records failed (%s); retried later", len(ops), exc)
+            return True
+        self.retired += len(ops)
+        return True
 
     async def _seed_fork(self, command: SeedFork) -> None:
         """Write a forked task's seed (its task is persisted), then step the outcome."""

@@ -33,6 +33,7 @@ from coordinator.etcd_store import EtcdStore, ReadCache, election_prefix
 from coordinator.eventarchive import EventArchive
 from coordinator.members import MemberRegistry
 from coordinator.metrics import Metrics
+from coordinator.recordarchive import RecordArchive
 from coordinator.redisconn import redis_client
 from coordinator.runtime import CoordinatorRuntime, Observer, RuntimeSettings
 from coordinator.session import add_agent_service
@@ -200,6 +201,7 @@ class CoordinatorServer:
         )
         self._archive_redis = archive_redis
         archive = EventArchive(archive_redis, s.cluster)
+        runtime.record_archive = RecordArchive(archive_redis, s.cluster)
         runtime.event_log.sink = archive.offer
         if isinstance(observer, Metrics):
             observer.watch_archive(lambda: archive.backlog, lambda: archive.dropped)
@@ -212,6 +214,7 @@ class CoordinatorServer:
             redis_ca_file=s.redis_ca_file,
             etcd_client=client,
             archive=archive,
+            records=runtime.record_archive,
         )
         self._health = await add_health_and_reflection(server)
         runtime.on_failure(self._leader_loop_failed)

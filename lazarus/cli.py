@@ -549,6 +549,13 @@ def coordinator(
             envvar="LAZARUS_MAX_ASSIGNMENTS_PER_ROUND", help="Placements per step at most."
         ),
     ] = _CORE.max_assignments_per_round,
+    retention_s: Annotated[
+        float,
+        typer.Option(
+            envvar="LAZARUS_RETENTION_S",
+            help="Seconds a finished task or LEFT node stays in etcd before the Redis archive.",
+        ),
+    ] = _CORE.retention_s,
     seed: Annotated[
         int | None, typer.Option(envvar="LAZARUS_SEED", help="Core random seed (default random).")
     ] = None,
@@ -609,6 +616,7 @@ def coordinator(
             default_max_attempts=default_max_attempts,
             release_timeout_s=release_timeout_s,
             max_assignments_per_round=max_assignments_per_round,
+            retention_s=retention_s,
         )
     except UsageError as exc:
         raise typer.BadParameter(str(exc)) from exc

@@ -8,6 +8,8 @@ etcd/raft writes down for ``Ready``: **persist before send**.
 Ordering rule (checked by ``check_command_order`` on every list the core
 returns):
 
+0. ``RetireRecords``: records past their retention, archived then deleted.
+
 1. ``PersistNodes`` then ``PersistTasks``: the state changes of the step, each
    record once (its newest value), split into transactions of at most
    ``MAX_TXN_OPS`` puts (etcd's default ``--max-txn-ops``). Each is a
@@ -53,6 +55,7 @@ __all__ = [
     "PersistNodes",
     "PersistTasks",
     "ReplyToRequest",
+    "RetireRecords",
     "SeedFork",
     "SendDirective",
     "StatusCode",
@@ -112,6 +115,22 @@ class PersistTasks:
 
     term: int
     records: tuple[TaskRecord, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class RetireRecords:
+    """Move these records out of etcd: archive them in Redis, then delete them (fenced).
+
+    Terminal tasks and LEFT nodes past ``CoreSettings.retention_s``; the core
+    has already forgotten them. Runs before the persists of the same batch
+    (a record re-created under a retired id must not be deleted after it).
+    When the archive cannot be written the shell leaves them in etcd (a new
+    leader retires them again).
+    """
+
+    term: int
+    tasks: tuple[TaskRecord, ...] = ()
+    nodes: tuple[NodeRecord, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,7 +202,8 @@ class StepDown:
 
 
 Command = (
-    PersistNodes
+    RetireRecords
+    | PersistNodes
     | PersistTasks
     | SeedFork
     | EmitEvent
@@ -194,14 +214,15 @@ Command = (
 )
 
 _RANK: dict[type, int] = {
-    PersistNodes: 0,
-    PersistTasks: 1,
-    SeedFork: 2,
-    EmitEvent: 3,
-    SendDirective: 4,
-    ReplyToRequest: 4,
-    CloseSession: 4,
-    StepDown: 5,
+    RetireRecords: 0,
+    PersistNodes: 1,
+    PersistTasks: 2,
+    SeedFork: 3,
+    EmitEvent: 4,
+    SendDirective: 5,
+    ReplyToRequest: 5,
+    CloseSession: 5,
+    StepDown: 6,
 }
 
 

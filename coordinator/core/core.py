@@ -72,6 +72,7 @@ changed that could let a PENDING task run.
 from __future__ import annotations
 
 import enum
+import heapq
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -86,6 +87,7 @@ from coordinator.core.commands import (
     PersistNodes,
     PersistTasks,
     ReplyToRequest,
+    RetireRecords,
     SeedFork,
     SendDirective,
     StatusCode,
@@ -167,6 +169,9 @@ MAX_SPEC_PAYLOAD_BYTES = limits.LIMITS.spec_payload_bytes
 """Largest ``spec.payload`` accepted: the task record (payload, then the result) is
 one etcd value, and etcd refuses requests over 1.5 MiB. Large inputs belong in
 an object store; pass a reference."""
+
+MAX_RETIRE = 64
+"""Most tasks (and nodes) one RetireRecords moves; a tick retires at most this many."""
 
 _LIVE = frozenset({NodeState.ALIVE, NodeState.DRAINING})
 _GONE = frozenset({NodeState.DEAD, NodeState.LEFT})
@@ -258,12 +263,23 @@ class _Out:
     nodes: dict[str, NodeRecord] = field(default_factory=dict)
     tasks: dict[str, TaskRecord] = field(default_factory=dict)
     seeds: list[SeedFork] = field(default_factory=list)
+    retired_tasks: list[TaskRecord] = field(default_factory=list)
+    retired_nodes: list[NodeRecord] = field(default_factory=list)
     notices: list[notices.Notice] = field(default_factory=list)
     sends: list[SendDirective | ReplyToRequest | CloseSession] = field(default_factory=list)
     step_down: StepDown | None = None
 
     def commands(self, term: int, now_s: float) -> list[Command]:
         out: list[Command] = []
+        if self.retired_tasks or self.retired_nodes:
+            for i in range(0, max(len(self.retired_tasks), len(self.retired_nodes)), MAX_RETIRE):
+                out.append(
+                    RetireRecords(
+                        term,
+                        tuple(self.retired_tasks[i : i + MAX_RETIRE]),
+                        tuple(self.retired_nodes[i : i + MAX_RETIRE]),
+                    )
+                )
         node_records = [self.nodes[k] for k in sorted(self.nodes)]
         task_records = [self.tasks[k] for k in sorted(self.tasks)]
         out.extend(PersistNodes(term, chunk) for chunk in batched(node_records))
@@ -314,6 +330,9 @@ class CoordinatorCore:
         self._revoking: dict[str, int] = {}
         # Forked tasks whose seed checkpoint is being written: not placed until ForkSeeded.
         self._unseeded: set[str] = set()
+        # Retention: (finished or left at, id), soonest first; stale entries skipped.
+        self._retire_tasks: list[tuple[float, str]] = []
+        self._retire_nodes: list[tuple[float, str]] = []
         # True once a tick ran after the grace: verdicts and moves are under way.
         self._judging = False
         self._handlers: dict[type, Callable[[Any, _Out], None]] = {
@@ -519,6 +538,8 @@ class CoordinatorCore:
         self._revoking = {}
         self._pinned = {}
         self._unseeded = set()
+        self._retire_tasks = []
+        self._retire_nodes = []
         self._placement_dirty = False
         self._judging = False
 
@@ -573,7 +594,10 @@ class CoordinatorCore:
             if record.state is NodeState.DEAD:
                 entry.dead_since_s = record.state_changed_at_s
                 entry.unavailable_since_s = record.state_changed_at_s
-            elif record.state is not NodeState.LEFT:
+            elif record.state is NodeState.LEFT:
+                at = record.state_changed_at_s if record.state_changed_at_s is not None else now
+                heapq.heappush(self._retire_nodes, (at, record.node_id))
+            else:
                 self._detector.watch(record.node_id, now)
                 if record.state is NodeState.SUSPECT:
                     entry.unavailable_since_s = record.state_changed_at_s
@@ -588,6 +612,9 @@ class CoordinatorCore:
                     )
                 )
             self._tasks.insert(task)
+            if task.state.terminal:
+                at = task.finished_at_s if task.finished_at_s is not None else now
+                heapq.heappush(self._retire_tasks, (at, task.task_id))
         for q in ev.quarantined:
             out.notices.append(notices.RecordQuarantined(q.collection, q.name, q.reason))
         self._fail_unseeded_forks(out)
@@ -963,6 +990,45 @@ class CoordinatorCore:
                 self._move_tasks_of_gone_nodes(out)
             self._expire_releases(out)
         self._expire_deadlines(out)
+        self._retire(out)
+
+    def _retire(self, out: _Out) -> None:
+        """Retention: forget terminal tasks and LEFT nodes older than ``retention_s``.
+
+        They leave etcd for the Redis archive (``RetireRecords``), at most
+        ``MAX_RETIRE`` of each per tick, so etcd holds live state only.
+        """
+        horizon = self._now_s - self._settings.retention_s
+        heap = self._retire_tasks
+        while heap and heap[0][0] <= horizon and len(out.retired_tasks) < MAX_RETIRE:
+            _, task_id = heapq.heappop(heap)
+            task = self._tasks.get(task_id)
+            if task is None or not task.state.terminal or task_id in out.tasks:
+                continue
+            finished = task.finished_at_s if task.finished_at_s is not None else -math.inf
+            if finished > horizon:  # finished again later (a stale entry)
+                heapq.heappush(heap, (finished, task_id))
+                continue
+            out.retired_tasks.append(self._tasks.remove(task_id))
+        nodes = self._retire_nodes
+        while nodes and nodes[0][0] <= horizon and len(out.retired_nodes) < MAX_RETIRE:
+            _, node_id = heapq.heappop(nodes)
+            entry = self._nodes.get(node_id)
+            if (
+                entry is None
+                or entry.state is not NodeState.LEFT
+                or entry.connected
+                or node_id in out.nodes
+                or self._tasks.owned_by(node_id)
+            ):
+                continue
+            changed = entry.record.state_changed_at_s
+            if changed is not None and changed > horizon:
+                heapq.heappush(nodes, (changed, node_id))
+                continue
+            del self._nodes[node_id]
+            self._detector.forget(node_id)
+            out.retired_nodes.append(entry.record)
 
     def _declare_dead(self, entry: NodeEntry, out: _Out) -> None:
         if entry.connected:
@@ -1884,6 +1950,8 @@ class CoordinatorCore:
         stamped = replace(new, updated_at_s=self._now_s, written_term=self._term)
         self._tasks.transition(trigger, stamped)
         out.tasks[stamped.task_id] = stamped
+        if stamped.state.terminal and old is not None and not old.state.terminal:
+            heapq.heappush(self._retire_tasks, (self._now_s, stamped.task_id))
         if stamped.state is TaskState.PENDING or (
             old is not None and old.state.owned and not stamped.state.owned
         ):
@@ -1910,6 +1978,8 @@ class CoordinatorCore:
         )
         if state is NodeState.ALIVE:
             self._placement_dirty = True
+        elif state is NodeState.LEFT:
+            heapq.heappush(self._retire_nodes, (self._now_s, entry.node_id))
 
     def _stamp_state(self, old: NodeRecord, new: NodeRecord) -> NodeRecord:
         if new.state is old.state:

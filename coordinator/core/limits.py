@@ -301,6 +301,14 @@ def _session_opened(ev: SessionOpened, limits: IntakeLimits) -> str:
             text_problem("hello.incarnation", ev.incarnation, limits.id_bytes),
             text_problem("hello.address", ev.address, limits.address_bytes),
             text_problem("hello.agent_version", ev.agent_version, limits.agent_version_bytes),
+            text_problem("hello.store_id", ev.store_id, limits.id_bytes),
+            text_problem(
+                "hello.store_previous_incarnation", ev.store_previous_incarnation, limits.id_bytes
+            ),
+            f"hello.incarnation_secret: {len(ev.incarnation_secret_sha256)} bytes, over the "
+            f"limit of {limits.id_bytes}"
+            if len(ev.incarnation_secret_sha256) > limits.id_bytes
+            else "",
             labels_problem("hello.labels", ev.labels, limits),
             _count_problem("hello.kinds", len(ev.kinds), limits.kinds_per_node),
             _first(

@@ -322,14 +322,16 @@ async def test_fuzzed_sessions_and_rpcs_never_take_the_coordinator_down(
     )
     @given(data=st.data())
     def one(data: Any) -> None:
-        if time.monotonic() > deadline:
-            return
+        # Draw first, then look at the clock: generation must not depend on time.
         if data.draw(st.integers(0, 2)) == 0:
-            fuzzer.run(fuzzer.session(data.draw(session_messages())))
+            frames = data.draw(session_messages())
+            if time.monotonic() < deadline:
+                fuzzer.run(fuzzer.session(frames))
             return
         method = data.draw(st.sampled_from(methods))
         request = data.draw(messages(method.input_type, _request_class(method)))
-        fuzzer.run(fuzzer.rpc(method, request))
+        if time.monotonic() < deadline:
+            fuzzer.run(fuzzer.rpc(method, request))
 
     try:
         while time.monotonic() < deadline:

@@ -1171,6 +1171,9 @@ class CoordinatorApi:
         except CorruptedRecord as exc:
             await context.abort(grpc.StatusCode.DATA_LOSS, str(exc))
             raise AssertionError("unreachable") from exc
+        except ValueError as exc:  # the replica refuses the id (control characters, length)
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+            raise AssertionError("unreachable") from exc
         except (redis.exceptions.RedisError, OSError) as exc:
             await context.abort(grpc.StatusCode.UNAVAILABLE, f"Redis is unreachable: {exc}")
             raise AssertionError("unreachable") from exc

@@ -13,7 +13,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 PACKAGES := lazarus coordinator node_agent reconcile
 PYTEST_ARGS ?=
 
-.PHONY: help setup system-deps venv test lint typecheck pytest demo chaos-soak proto lock bench sim clean image container-drill
+.PHONY: help setup system-deps venv test lint typecheck pytest demo chaos-soak proto lock bench sim fuzz clean image container-drill
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 14
@@ -71,6 +71,10 @@ bench: setup  ## run the benchmarks, write bench/results/*.json and bench/README
 	$(PY) bench/heartbeat_bench.py
 	$(PY) bench/recovery_bench.py
 	$(PY) bench/reconcile_bench.py
+	$(PY) bench/retention_bench.py
+
+fuzz: setup  ## the coordinator fuzz test for 10 minutes (make test runs it for 45 s)
+	LAZARUS_FUZZ_S=600 $(VENV)/bin/pytest -x -s --timeout 900 tests/integration/test_hardening_fuzz.py
 
 # Container images with podman and no registry (deploy/podman/): a base image
 # made from Debian packages, the Lazarus image on it (every Dockerfile stage

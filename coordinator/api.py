@@ -54,7 +54,6 @@ Theory of operation: every replica serves this service.
 Pages are ordered by id; a page token is the last id returned plus a digest of
 the filters, so a token used with other filters is refused.
 
-Not done yet: ForkTask answers UNIMPLEMENTED.
 """
 
 from __future__ import annotations
@@ -98,11 +97,13 @@ from coordinator.core import (
     TaskSubmitted,
     UncordonRequested,
 )
-from coordinator.core.records import labels_match
+from coordinator.core.limits import LIMITS, watch_filter_problem
+from coordinator.core.records import CheckpointSummary, labels_match
 from coordinator.etcd_store import Collection, ReadCache
 from coordinator.eventarchive import EventArchive
 from coordinator.eventlog import EventFilter, Watcher
 from coordinator.members import list_members
+from coordinator.recordarchive import RecordArchive
 from coordinator.redisconn import redis_client
 from coordinator.runtime import CoordinatorRuntime, NotLeading, grpc_status
 from lazarus.tls import ClientTls
@@ -133,8 +134,8 @@ WATCH_GAP_METADATA = "lazarus-watch-gap"
 """Initial metadata of a WatchEvents stream that could not start at from_revision ("1")."""
 WATCH_OLDEST_METADATA = "lazarus-watch-oldest-revision"
 """Initial metadata with the oldest revision the leader still held when the stream started."""
-MAX_REASON_BYTES = 1024
-MAX_ID_BYTES = 128
+MAX_REASON_BYTES = LIMITS.reason_bytes
+MAX_ID_BYTES = LIMITS.id_bytes
 MAX_RELEASE_TIMEOUT_MS = 24 * 3600 * 1000
 """Longest release timeout a DrainNode / MigrateTask may ask for (one day)."""
 MIN_PROGRESS_INTERVAL_MS = 10
@@ -188,6 +189,10 @@ class _TaskMemo:
             if len(memo) > len(live) + 64:
                 for name in [n for n in memo if n not in live]:
                     del memo[name]
+
+
+class ForkSeedRefused(Exception):
+    """Redis already holds state under a fork's new task id (the fork fails)."""
 
 
 class _Refused(Exception):
@@ -264,6 +269,13 @@ def _release_timeout_s(value_ms: int) -> float | None:
     return value_ms / 1000.0 if value_ms else None
 
 
+def _check_watch_filter(request: coordinator_pb2.WatchEventsRequest) -> frozenset[int]:
+    problem = watch_filter_problem(len(request.types), request.task_id, request.node_id)
+    if problem:
+        raise _invalid(problem)
+    return _check_event_types(request.types)
+
+
 def _check_event_types(values: Sequence[int]) -> frozenset[int]:
     known = {v.number for v in records_pb2.EventType.DESCRIPTOR.values}
     for index, value in enumerate(values):
@@ -336,9 +348,11 @@ class CoordinatorApi:
         etcd_client: aetcd.Client | None = None,
         archive: EventArchive | None = None,
         member_tls: ClientTls | None = None,
+        records: RecordArchive | None = None,
     ) -> None:
         self._member_tls = member_tls or ClientTls()
         self._runtime = runtime
+        self._records = records
         self._cache = cache
         self._etcd = etcd_client
         self._archive = archive
@@ -350,6 +364,7 @@ class CoordinatorApi:
         self._redis_ca_file = redis_ca_file
         self._redis: redis.asyncio.Redis | None = None
         self._pending: set[asyncio.Task[ReplyToRequest]] = set()
+        runtime.fork_seeder = self._seed_fork
 
     async def close(self) -> None:
         """Close the proxy channels to leaders and the Redis client."""
@@ -666,6 +681,11 @@ class CoordinatorApi:
                 if data is None
                 else convert.task_record_from_pb(records_pb2.TaskRecord.FromString(data))
             )
+        if task is None and self._runtime.leading:  # retired, but not yet deleted
+            data = self._cache.get(Collection.TASKS, request.task_id)
+            task = None if data is None else self._task_memo.decode(request.task_id, data)
+        if task is None:
+            task = await self._archived_task(request.task_id)
         if task is None:
             await context.abort(
                 grpc.StatusCode.NOT_FOUND, f"task_id: {request.task_id!r} not found"
@@ -676,6 +696,24 @@ class CoordinatorApi:
             forks=await self._forks(request.task_id),
             read_revision=self._cache.revision,
         )
+
+    async def _archived_task(self, task_id: str) -> TaskRecord | None:
+        """A task retention moved out of etcd, from the Redis archive (None: none / unreadable)."""
+        if self._records is None:
+            return None
+        try:
+            async with asyncio.timeout(REDIS_TIMEOUT_S):
+                data = await self._records.task(task_id)
+        except (redis.exceptions.RedisError, OSError, TimeoutError) as exc:
+            _log.warning("task %s: the record archive is unreadable: %s", task_id, exc)
+            return None
+        if data is None:
+            return None
+        try:
+            return convert.task_record_from_pb(records_pb2.TaskRecord.FromString(data))
+        except (DecodeError, ValueError) as exc:
+            _log.error("archived task record %r unreadable: %s", task_id, exc)
+            return None
 
     async def _forks(self, task_id: str) -> list[records_pb2.ForkRecord]:
         """The task's fork records, which fenced owners write to Redis (DESIGN.md §7).
@@ -817,7 +855,23 @@ class CoordinatorApi:
             mass_failure_guard_active=guard,
             read_revision=self._cache.revision,
             now_unix_ms=convert.s_to_ms(runtime.now_s()),
+            quarantined=self._quarantined(),
         )
+
+    def _quarantined(self) -> list[records_pb2.QuarantinedRecord]:
+        """Records moved aside at load (``coordinator.core.loadcheck``), without their bytes."""
+        out = []
+        for name, data in sorted(self._cache.records(Collection.QUARANTINE).items()):
+            try:
+                record = records_pb2.QuarantinedRecord.FromString(data)
+            except DecodeError:
+                collection, _, rest = name.partition("/")
+                record = records_pb2.QuarantinedRecord(
+                    collection=collection, name=rest, reason="(quarantine entry unreadable)"
+                )
+            record.ClearField("value")
+            out.append(record)
+        return out
 
     # ------------------------------------------------------------------ later issues
 
@@ -829,11 +883,15 @@ class CoordinatorApi:
         Follows the checkpointer seeds' ``fork(from, edits)``: the source
         checkpoint (the newest one Redis holds of its task) is read, each edit
         sets one top-level key of its JSON-object state, and the result is
-        seeded in Redis as the new task's first checkpoint (seq 1, epoch 1,
-        ``parent_ref`` = the source) before the task is submitted, so its first
-        owner resumes from it. Idempotent on ``request_id`` (the seed write is
-        a repeated (epoch, seq) the second time). Statuses as in coordinator.proto.
-        Followers proxy the whole call to the leader.
+        submitted with the new task; the core validates the fork first and
+        only once it accepted it (the task persisted, its id taken) is the
+        seed written to Redis as the new task's first checkpoint (seq 1,
+        epoch 1, ``parent_ref`` = the source; ``SeedFork``), before the task
+        can be placed, so its first owner resumes from it. A refused fork
+        leaves nothing in Redis, and a seed is never written under an id that
+        has state (UNAVAILABLE and the task FAILED when the seed cannot be
+        written). Idempotent on ``request_id``. Statuses as in
+        coordinator.proto. Followers proxy the whole call to the leader.
         """
         if not self._runtime.leading:
             proxied: coordinator_pb2.ForkTaskResponse = await self._proxy(
@@ -914,18 +972,6 @@ class CoordinatorApi:
             node_id=f"coordinator:{self._runtime.settings.member_id}",
             parent_ref=ref,
         )
-        try:
-            async with asyncio.timeout(context.time_remaining()):
-                wrote = await self._replica().write(
-                    ReplicationItem(task_id, 1, seed.node_id, checkpoint=seed)
-                )
-        except (redis.exceptions.RedisError, OSError, TimeoutError) as exc:
-            await context.abort(grpc.StatusCode.UNAVAILABLE, f"Redis is unreachable: {exc}")
-            raise AssertionError("unreachable") from exc
-        if wrote.outcome is Outcome.STALE:
-            await context.abort(
-                grpc.StatusCode.ALREADY_EXISTS, f"new_task_id: {task_id!r} is taken"
-            )
         event = TaskSubmitted(
             request_id=request.request_id,
             spec=convert.task_spec_from_pb(spec),
@@ -933,12 +979,19 @@ class CoordinatorApi:
             task_id=task_id,
             forked_from_ref=ref,
             fork_edits=len(edits),
+            fork_seed=seed.SerializeToString(),
         )
+        # The core decides first; the seed is written only once it accepted the
+        # fork (its SeedFork command, after the task's persist), so a refused
+        # fork leaves nothing in Redis.
         result = await self._request(event, request.request_id, context)
         task = self._task_after(result)
         if task is None:
             await self._unavailable(context)
         assert task is not None
+        error = task.last_error
+        if result.created and error is not None and error.code.name == "RESTORE_FAILED":
+            await context.abort(grpc.StatusCode.UNAVAILABLE, f"task {task_id!r}: {error.message}")
         task_pb = convert.task_record_to_pb(task)
         created = result.created
         summary = records_pb2.CheckpointSummary(
@@ -953,6 +1006,36 @@ class CoordinatorApi:
         )
         return coordinator_pb2.ForkTaskResponse(
             task_id=task_pb.task_id, task=task_pb, checkpoint=summary, created=created
+        )
+
+    async def _seed_fork(self, task_id: str, data: bytes) -> CheckpointSummary:
+        """Write an accepted fork's seed as its task's first checkpoint (``SeedFork``).
+
+        Raises:
+            ForkSeedRefused: Redis already holds state under ``task_id`` (a fork
+                never seeds into a task that has state).
+            redis.exceptions.RedisError, OSError, TimeoutError: Redis unreachable.
+        """
+        seed = records_pb2.CheckpointRecord.FromString(data)
+        replica = self._replica()
+        async with asyncio.timeout(REDIS_TIMEOUT_S):
+            existing = await replica.load(task_id)
+            if existing is not None and (existing.checkpoint is not None or existing.epoch):
+                raise ForkSeedRefused(f"Redis already holds state of {task_id!r}")
+            wrote = await replica.write(ReplicationItem(task_id, 1, seed.node_id, checkpoint=seed))
+        if wrote.outcome is Outcome.STALE:
+            raise ForkSeedRefused(f"Redis already holds newer state of {task_id!r}")
+        return CheckpointSummary(
+            checkpoint_ref=seed.checkpoint_ref,
+            epoch=1,
+            seq=1,
+            replicated=True,
+            task_id=task_id,
+            label=seed.label,
+            created_at_unix_ms=seed.created_at_unix_ms,
+            stored_bytes=len(seed.payload),
+            node_id=seed.node_id,
+            parent_ref=seed.parent_ref,
         )
 
     async def _source_spec(self, task_id: str) -> records_pb2.TaskSpec | None:
@@ -973,7 +1056,7 @@ class CoordinatorApi:
         leader changed: resume from the last revision + 1), RESOURCE_EXHAUSTED
         (this watcher fell too far behind).
         """
-        types = await self._validated(context, lambda: _check_event_types(request.types))
+        types = await self._validated(context, lambda: _check_watch_filter(request))
         if not self._runtime.leading:
             async for response in self._proxy_watch(request, context):
                 yield response
@@ -1087,6 +1170,9 @@ class CoordinatorApi:
             raise AssertionError("unreachable") from None
         except CorruptedRecord as exc:
             await context.abort(grpc.StatusCode.DATA_LOSS, str(exc))
+            raise AssertionError("unreachable") from exc
+        except ValueError as exc:  # the replica refuses the id (control characters, length)
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
             raise AssertionError("unreachable") from exc
         except (redis.exceptions.RedisError, OSError) as exc:
             await context.abort(grpc.StatusCode.UNAVAILABLE, f"Redis is unreachable: {exc}")
@@ -1214,6 +1300,7 @@ def add_coordinator_service(
     etcd_client: aetcd.Client | None = None,
     archive: EventArchive | None = None,
     member_tls: ClientTls | None = None,
+    records: RecordArchive | None = None,
 ) -> CoordinatorApi:
     """Register CoordinatorService on ``server``.
 
@@ -1239,6 +1326,7 @@ def add_coordinator_service(
         etcd_client=etcd_client,
         archive=archive,
         member_tls=member_tls,
+        records=records,
     )
     coordinator_pb2_grpc.add_CoordinatorServiceServicer_to_server(api, server)  # type: ignore[no-untyped-call]
     return api

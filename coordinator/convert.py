@@ -992,6 +992,10 @@ def notice_to_pb(command: EmitEvent, revision: int = 0) -> records_pb2.Event:
                 written_term=out.term,
             )
         )
+    elif isinstance(b, n.RecordQuarantined):
+        out.record_quarantined.CopyFrom(
+            records_pb2.RecordQuarantined(collection=b.collection, name=b.name, reason=b.reason)
+        )
     else:
         out.zombie_fenced.CopyFrom(
             records_pb2.ZombieFenced(

@@ -37,9 +37,11 @@ import logging
 import time
 from typing import Protocol, runtime_checkable
 
+import grpc
 import redis.asyncio as aioredis
 
 from coordinator.core import CoordinatorCore, EmitEvent
+from coordinator.core.limits import document_problem
 from coordinator.core.notices import NodeJoined, NodeRecovered
 from coordinator.redisconn import redis_client
 from coordinator.runtime import Channel, CoordinatorRuntime, Observer
@@ -306,6 +308,11 @@ class DocumentService:
                     await self._ready.wait()
         if not self._has_hub() or channel.closed:  # leadership ended, or a newer stream
             return
+        problem = _document_message_problem(message)
+        if problem:  # over an intake limit: that Session only ends
+            _log.warning("session %s: %s", channel.session_id, problem)
+            channel.close(grpc.StatusCode.INVALID_ARGUMENT, problem)
+            return
         node_id = channel.node_id
         self._channels[node_id] = channel
         which = message.WhichOneof("body")
@@ -527,3 +534,32 @@ def _now() -> float:
 
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+def _document_message_problem(message: agent_pb2.AgentMessage) -> str:
+    """The intake-limit problem of a shared-document message (``coordinator.core.limits``)."""
+    which = message.WhichOneof("body")
+    states: list[records_pb2.DocumentStateVector] = []
+    field = str(which)
+    if which == "document_interest":
+        di = message.document_interest
+        problem = document_problem(
+            "document_interest.unsubscribe_doc_ids", list(di.unsubscribe_doc_ids)
+        )
+        if problem:
+            return problem
+        states, field = list(di.subscribe), "document_interest.subscribe"
+    elif which == "delta_batch":
+        deltas = message.delta_batch.deltas
+        return document_problem(
+            "delta_batch.deltas",
+            [d.doc_id for d in deltas],
+            vector_sizes=[max(len(d.since.counters), len(d.until.counters)) for d in deltas],
+            delta_sizes_bytes=[len(d.ops) for d in deltas],
+        )
+    elif which == "delta_ack":
+        states, field = list(message.delta_ack.merged), "delta_ack.merged"
+    elif which == "state_vector_report":
+        states, field = list(message.state_vector_report.documents), "state_vector_report.documents"
+    ids = [s.doc_id for s in states]
+    return document_problem(field, ids, vector_sizes=[len(s.state_vector.counters) for s in states])

@@ -112,6 +112,8 @@ class Collection(enum.Enum):
     """``TaskRecord`` by task id."""
     FORKS = "forks"
     """``ForkRecord`` by ``<task_id>/<fork_id>``."""
+    QUARANTINE = "quarantine"
+    """``QuarantinedRecord`` by ``<collection>/<name>``: records moved aside at load."""
 
 
 # ---------------------------------------------------------------- layout
@@ -348,6 +350,11 @@ class Snapshot:
     def tasks(self) -> Mapping[str, bytes]:
         """``TaskRecord`` bytes by task id."""
         return self.records.get(Collection.TASKS, {})
+
+    @property
+    def quarantined(self) -> Mapping[str, bytes]:
+        """``QuarantinedRecord`` bytes by ``<collection>/<name>``."""
+        return self.records.get(Collection.QUARANTINE, {})
 
 
 class _Compacted(Exception):

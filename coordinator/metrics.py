@@ -33,6 +33,8 @@ Series:
 - identity (DESIGN.md §4): ``lazarus_identity_conflicts_total{reason}`` (Hellos
   refused because another live incarnation holds the node id, or an
   incarnation id was reused without its secret);
+- load (``coordinator.core.loadcheck``): ``lazarus_records_quarantined_total{collection}``
+  (records moved aside at load);
 - shared documents (``coordinator.documents``): ``lazarus_reconcile_seconds``
   (histogram: reconcile session start -> verified),
   ``lazarus_reconcile_sessions_total{converged}``,
@@ -59,6 +61,7 @@ from coordinator.core.notices import (
     ConflictDetected,
     IdentityConflict,
     NodeDead,
+    RecordQuarantined,
     RecoveryCompleted,
     TaskResumed,
 )
@@ -152,6 +155,12 @@ class Metrics:
         )
         self.conflicts = Counter(
             "lazarus_conflicts", "Forks kept from fenced owners' divergent progress.", registry=r
+        )
+        self.quarantined = Counter(
+            "lazarus_records_quarantined",
+            "Records moved aside at load (unparsable or breaking the core's rules).",
+            ["collection"],
+            registry=r,
         )
         self.reconcile_seconds = Histogram(
             "lazarus_reconcile_seconds",
@@ -259,6 +268,8 @@ class Metrics:
             self.conflicts.inc()
         elif isinstance(body, IdentityConflict):
             self.identity_conflicts.labels(body.reason).inc()
+        elif isinstance(body, RecordQuarantined):
+            self.quarantined.labels(body.collection).inc()
 
     def documents_observed(self, stats: HubStats) -> None:
         """The document hub's numbers now (counters advance by what is new)."""

@@ -39,7 +39,7 @@ import dataclasses
 import logging
 import time
 import uuid
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from random import Random
 from typing import Any, Protocol
@@ -56,6 +56,7 @@ from coordinator.core import (
     CoreSettings,
     EmitEvent,
     Event,
+    ForkSeeded,
     HeartbeatAck,
     LeadershipAcquired,
     LeadershipLost,
@@ -64,7 +65,9 @@ from coordinator.core import (
     PersistNodes,
     PersistTasks,
     ReplyToRequest,
+    RetireRecords,
     Role,
+    SeedFork,
     SendDirective,
     StatusCode,
     StepDown,
@@ -73,17 +76,23 @@ from coordinator.core import (
 )
 from coordinator.core.admission import AdmissionSettings, HelloAdmission
 from coordinator.core.commands import batched
+from coordinator.core.loadcheck import Quarantine, screen_loaded
 from coordinator.core.notices import IdentityConflict
+from coordinator.core.records import CheckpointSummary
 from coordinator.election import Election, Leadership
 from coordinator.election import LeadershipLost as ElectionLost
 from coordinator.etcd_store import (
     Collection,
+    DeleteRecord,
     EtcdStore,
     EtcdUnavailable,
     FencedWriteRejected,
     PutRecord,
+    RecordOp,
+    Snapshot,
 )
 from coordinator.eventlog import EventLog
+from coordinator.recordarchive import RecordArchive
 from lazarus.v1 import agent_pb2, records_pb2
 
 __all__ = [
@@ -325,6 +334,16 @@ class CoordinatorRuntime:
         self._hellos = HelloAdmission(
             settings.admission.hello_rate_per_s, settings.admission.hello_burst
         )
+        self._fatal: asyncio.Future[None] | None = None
+        self._failure_listeners: list[Callable[[BaseException], None]] = []
+        self.failure: BaseException | None = None
+        """What ended the leader loop (None while it runs or after a cancel)."""
+        self.record_archive: RecordArchive | None = None
+        """Where retired records go (None: they stay in etcd); see ``RetireRecords``."""
+        self.retired = 0
+        """Records moved from etcd to the archive by this replica."""
+        self.fork_seeder: Callable[[str, bytes], Awaitable[CheckpointSummary]] | None = None
+        """Writes a fork's seed checkpoint to Redis (set by the API); see ``SeedFork``."""
 
     # ------------------------------------------------------------------ state
 
@@ -350,8 +369,44 @@ class CoordinatorRuntime:
 
     # ------------------------------------------------------------------ leader loop
 
+    def on_failure(self, listener: Callable[[BaseException], None]) -> None:
+        """Call ``listener(exc)`` once when the leader loop fails (see :meth:`run`)."""
+        self._failure_listeners.append(listener)
+
     async def run(self) -> None:
-        """Campaign, lead until the leadership is lost, repeat; until cancelled."""
+        """Campaign, lead until the leadership is lost, repeat; until cancelled.
+
+        No zombie leader: an exception that ends this loop (a bug in the core
+        or the shell, not an etcd outage, which only resigns) resigns the
+        election at once, records itself in :attr:`failure`, tells the
+        ``on_failure`` listeners (the server turns health NOT_SERVING) and is
+        raised: the replica stops campaigning, so its orchestrator restarts it.
+
+        Raises:
+            Exception: whatever ended the loop, after resigning.
+        """
+        try:
+            await self._campaign_and_lead()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            _log.exception("the leader loop failed; resigning and turning NOT_SERVING")
+            self.failure = exc
+            with contextlib.suppress(Exception):
+                async with asyncio.timeout(2.0):
+                    await self.election.resign()
+            for listener in self._failure_listeners:
+                with contextlib.suppress(Exception):
+                    listener(exc)
+            raise
+
+    def _fail(self, exc: BaseException) -> None:
+        """A step raised: the core's state is not to be trusted; end the leadership loop."""
+        fatal = self._fatal
+        if fatal is not None and not fatal.done():
+            fatal.set_exception(exc)
+
+    async def _campaign_and_lead(self) -> None:
         while True:
             try:
                 leadership = await self.election.campaign(self.settings.advertise_address)
@@ -370,7 +425,12 @@ class CoordinatorRuntime:
 
     async def _lead(self, leadership: Leadership) -> None:
         snapshot = await self.store.load()
-        nodes, tasks = _decode_records(snapshot.nodes, snapshot.tasks)
+        screened = screen_loaded(*_decode_records(snapshot.nodes, snapshot.tasks))
+        nodes, tasks = screened.nodes, screened.tasks
+        if screened.quarantined:
+            await self._quarantine(leadership, snapshot, screened.quarantined)
+        fatal: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._fatal = fatal
         async with self._lock:
             if leadership.is_lost:
                 return
@@ -398,17 +458,55 @@ class CoordinatorRuntime:
                 )
             )
             event = LeadershipAcquired(
-                term=leadership.term, now_s=self._now(), nodes=nodes, tasks=tasks
+                term=leadership.term,
+                now_s=self._now(),
+                nodes=nodes,
+                tasks=tasks,
+                quarantined=screened.quarantined,
             )
             await self._step_locked(event)
         ticker = asyncio.create_task(self._tick_loop(), name="coordinator-tick")
+        lost = asyncio.create_task(leadership.lost(), name="coordinator-lease")
         try:
-            reason = await leadership.lost()
-            _log.warning("leadership lost: term=%d reason=%s", leadership.term, reason.name)
+            watched: set[asyncio.Future[Any]] = {ticker, lost, fatal}
+            await asyncio.wait(watched, return_when=asyncio.FIRST_COMPLETED)
+            for ended in (fatal, ticker):  # a step or the ticker failed: no zombie leader
+                if ended.done() and not ended.cancelled():
+                    problem = ended.exception()
+                    if problem is not None:
+                        raise problem
+            if lost.done():
+                reason = lost.result()
+                _log.warning("leadership lost: term=%d reason=%s", leadership.term, reason.name)
         finally:
-            ticker.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await ticker
+            for task in (ticker, lost):
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+            if not fatal.done():
+                fatal.cancel()
+
+    async def _quarantine(
+        self, leadership: Leadership, snapshot: Snapshot, quarantined: tuple[Quarantine, ...]
+    ) -> None:
+        """Move the records the core refused under ``quarantine/`` (one fenced write)."""
+        ops: list[RecordOp] = []
+        at_ms = convert.s_to_ms(self._now())
+        for q in quarantined:
+            collection = Collection(q.collection)
+            value = snapshot.records.get(collection, {}).get(q.name, b"")
+            record = records_pb2.QuarantinedRecord(
+                collection=q.collection,
+                name=q.name,
+                reason=q.reason,
+                value=value,
+                quarantined_at_unix_ms=at_ms,
+                term=leadership.term,
+            )
+            _log.error("quarantining %s/%s: %s", q.collection, q.name, q.reason)
+            ops.append(PutRecord(Collection.QUARANTINE, f"{q.collection}/{q.name}", _bytes(record)))
+            ops.append(DeleteRecord(collection, q.name))
+        await self.store.write(leadership.fence, ops)
 
     async def _lose_leadership(self, leadership: Leadership) -> None:
         async with self._lock:
@@ -514,8 +612,9 @@ class CoordinatorRuntime:
                 for event, future in batch:
                     try:
                         steps.append(self.core.step(dataclasses.replace(event, now_s=now)))
-                    except Exception as exc:  # a bug in the core: fail that caller only
+                    except Exception as exc:  # a bug in the core: it must stop deciding
                         future.set_exception(exc)
+                        self._fail(exc)
                 await self._run_steps(steps)
                 self.observer.state_changed(self.core)
                 for _, future in batch:
@@ -530,10 +629,13 @@ class CoordinatorRuntime:
         nodes: dict[str, NodeRecord] = {}
         tasks: dict[str, TaskRecord] = {}
         rest: list[Command] = []
+        retire: list[RetireRecords] = []
         term = 0
         for commands in steps:
             for command in commands:
-                if isinstance(command, PersistNodes):
+                if isinstance(command, RetireRecords):
+                    retire.append(command)
+                elif isinstance(command, PersistNodes):
                     term = command.term
                     for node in command.records:
                         nodes.pop(node.node_id, None)
@@ -545,6 +647,9 @@ class CoordinatorRuntime:
                         tasks[task.task_id] = task
                 else:
                     rest.append(command)
+        for retirement in retire:  # before the persists: an id may be re-created after
+            if not await self._retire(retirement):
+                return
         for chunk in batched(list(nodes.values())):
             if not await self._persist(PersistNodes(term, chunk)):
                 return
@@ -565,6 +670,11 @@ class CoordinatorRuntime:
                     _log.warning(
                         "dropping %d commands after a failed persist", len(commands) - index
                     )
+                    return
+            elif isinstance(command, SeedFork):
+                await self._seed_fork(command)
+            elif isinstance(command, RetireRecords):
+                if not await self._retire(command):
                     return
             elif isinstance(command, EmitEvent):
                 self._emit(command)
@@ -588,6 +698,58 @@ class CoordinatorRuntime:
             elif isinstance(command, StepDown):
                 _log.warning("stepping down: %s", command.reason)
                 self._spawn(self._resign_quietly())
+
+    async def _retire(self, command: RetireRecords) -> bool:
+        """Archive retired records in Redis, then delete them from etcd (fenced).
+
+        Returns:
+            False when the fenced delete lost leadership (drop the rest).
+        """
+        archive = self.record_archive
+        leadership = self._leadership
+        if archive is None or leadership is None:
+            return leadership is not None
+        tasks = [
+            (t.task_id, convert.task_record_to_pb(t).SerializeToString()) for t in command.tasks
+        ]
+        nodes = [
+            (n.node_id, convert.node_record_to_pb(n).SerializeToString()) for n in command.nodes
+        ]
+        try:
+            await archive.put(tasks, nodes)
+        except Exception as exc:  # Redis down: they stay in etcd; a next leader retires them
+            _log.warning("archiving %d records failed (%s); they stay in etcd", len(tasks), exc)
+            return True
+        ops: list[RecordOp] = [DeleteRecord(Collection.TASKS, task_id) for task_id, _ in tasks]
+        ops.extend(DeleteRecord(Collection.NODES, node_id) for node_id, _ in nodes)
+        try:
+            await self.store.write(leadership.fence, ops)
+        except FencedWriteRejected as exc:
+            leadership.report_fence_rejected()
+            self.core.step(LeadershipLost(now_s=self._now(), reason=str(exc)))
+            return False
+        except (EtcdUnavailable, aetcd.ClientError) as exc:
+            _log.warning("deleting %d retired records failed (%s); retried later", len(ops), exc)
+            return True
+        self.retired += len(ops)
+        return True
+
+    async def _seed_fork(self, command: SeedFork) -> None:
+        """Write a forked task's seed (its task is persisted), then step the outcome."""
+        seeder = self.fork_seeder
+        checkpoint = None
+        reason = ""
+        try:
+            if seeder is None:
+                raise RuntimeError("this replica has no checkpoint store to seed forks in")
+            checkpoint = await seeder(command.task_id, command.seed)
+        except Exception as exc:  # Redis down, or state already under that id
+            reason = str(exc) or type(exc).__name__
+            _log.warning("seeding fork %s failed: %s", command.task_id, reason)
+        event = ForkSeeded(
+            command.task_id, self._now(), ok=not reason, checkpoint=checkpoint, reason=reason
+        )
+        await self._run_locked(self.core.step(event))
 
     async def _resign_quietly(self) -> None:
         try:
@@ -717,6 +879,11 @@ class CoordinatorRuntime:
             self._requests[request_id] = future
             try:
                 await self._step_locked(dataclasses.replace(event, now_s=self._now()))
+            except (aetcd.ClientError, EtcdUnavailable):
+                raise
+            except Exception as exc:  # a bug in the core: it must stop deciding
+                self._fail(exc)
+                raise NotLeading() from exc
             finally:
                 if self._requests.get(request_id) is future:
                     del self._requests[request_id]
@@ -731,20 +898,21 @@ class NotLeading(Exception):
 
 def _decode_records(
     nodes: Mapping[str, bytes], tasks: Mapping[str, bytes]
-) -> tuple[tuple[NodeRecord, ...], tuple[TaskRecord, ...]]:
-    out_nodes: list[NodeRecord] = []
-    out_tasks: list[TaskRecord] = []
+) -> tuple[dict[str, NodeRecord | str], dict[str, TaskRecord | str]]:
+    """Parse loaded values; an unreadable one becomes its parse error (for ``screen_loaded``)."""
+    out_nodes: dict[str, NodeRecord | str] = {}
+    out_tasks: dict[str, TaskRecord | str] = {}
     for name, data in sorted(nodes.items()):
         try:
-            out_nodes.append(convert.node_record_from_pb(records_pb2.NodeRecord.FromString(data)))
-        except (DecodeError, ValueError) as exc:
-            _log.error("node record %r is unreadable, skipped: %s", name, exc)
+            out_nodes[name] = convert.node_record_from_pb(records_pb2.NodeRecord.FromString(data))
+        except (DecodeError, ValueError, TypeError) as exc:
+            out_nodes[name] = f"{type(exc).__name__}: {exc}"
     for name, data in sorted(tasks.items()):
         try:
-            out_tasks.append(convert.task_record_from_pb(records_pb2.TaskRecord.FromString(data)))
-        except (DecodeError, ValueError) as exc:
-            _log.error("task record %r is unreadable, skipped: %s", name, exc)
-    return tuple(out_nodes), tuple(out_tasks)
+            out_tasks[name] = convert.task_record_from_pb(records_pb2.TaskRecord.FromString(data))
+        except (DecodeError, ValueError, TypeError) as exc:
+            out_tasks[name] = f"{type(exc).__name__}: {exc}"
+    return out_nodes, out_tasks
 
 
 def _bytes(message: Message) -> bytes:

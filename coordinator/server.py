@@ -36,6 +36,7 @@ from coordinator.etcd_store import EtcdStore, ReadCache, election_prefix
 from coordinator.eventarchive import EventArchive
 from coordinator.members import MemberRegistry
 from coordinator.metrics import Metrics
+from coordinator.recordarchive import RecordArchive
 from coordinator.redisconn import redis_client
 from coordinator.runtime import CoordinatorRuntime, Observer, RuntimeSettings
 from coordinator.session import add_agent_service
@@ -198,6 +199,7 @@ class CoordinatorServer:
         self._archive_redis: redis.asyncio.Redis | None = None
         self.runtime: CoordinatorRuntime | None = None
         self._health: health_aio.HealthServicer | None = None
+        self._failure_task: asyncio.Task[None] | None = None
         self.address = ""
         self.server_tls: ServerTls | None = None
         self._probe_server: grpc.aio.Server | None = None
@@ -261,6 +263,7 @@ class CoordinatorServer:
         )
         self._archive_redis = archive_redis
         archive = EventArchive(archive_redis, s.cluster)
+        runtime.record_archive = RecordArchive(archive_redis, s.cluster)
         runtime.event_log.sink = archive.offer
         if isinstance(observer, Metrics):
             observer.watch_archive(lambda: archive.backlog, lambda: archive.dropped)
@@ -274,8 +277,10 @@ class CoordinatorServer:
             etcd_client=client,
             archive=archive,
             member_tls=self.member_tls(),
+            records=runtime.record_archive,
         )
         self._health = await add_health_and_reflection(server, reflection=s.reflection)
+        runtime.on_failure(self._leader_loop_failed)
         if s.health_listen:  # probes: health only, plaintext, nothing else on this port
             probe_server = grpc.aio.server()
             health_pb2_grpc.add_HealthServicer_to_server(self._health, probe_server)
@@ -350,6 +355,19 @@ class CoordinatorServer:
         if s.auth == "none":
             return ClientTls()
         return ClientTls(s.tls_client_ca_file, s.tls_cert_file, s.tls_key_file, s.tls_server_name)
+
+    def _leader_loop_failed(self, exc: BaseException) -> None:
+        """The leader loop ended with an error (it resigned): health turns NOT_SERVING."""
+        health = self._health
+        if health is None:
+            return
+
+        async def not_serving() -> None:
+            for name in ("", *SERVICE_NAMES):
+                await health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
+
+        _log.error("leader loop failed (%s): health is NOT_SERVING; restart this replica", exc)
+        self._failure_task = asyncio.create_task(not_serving(), name="health-not-serving")
 
     async def stop(self) -> None:
         """Resign at once, then stop serving and close everything (idempotent)."""

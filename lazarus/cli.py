@@ -622,6 +622,13 @@ def coordinator(
             help="Orchestrator RPCs served at once; more answer RESOURCE_EXHAUSTED.",
         ),
     ] = 64,
+    retention_s: Annotated[
+        float,
+        typer.Option(
+            envvar="LAZARUS_RETENTION_S",
+            help="Seconds a finished task or LEFT node stays in etcd before the Redis archive.",
+        ),
+    ] = _CORE.retention_s,
     seed: Annotated[
         int | None, typer.Option(envvar="LAZARUS_SEED", help="Core random seed (default random).")
     ] = None,
@@ -724,6 +731,7 @@ def coordinator(
             release_timeout_s=release_timeout_s,
             max_assignments_per_round=max_assignments_per_round,
             failover_reconnect_s=failover_reconnect_s,
+            retention_s=retention_s,
         )
     except UsageError as exc:
         raise typer.BadParameter(str(exc)) from exc
@@ -1218,6 +1226,8 @@ def status(
     if reply.members:
         members = ", ".join(f"{m.member_id} ({m.address})" for m in reply.members)
         table.add_row("members", members)
+    for q in reply.quarantined:
+        table.add_row("[red]quarantined[/]", f"{q.collection}/{q.name}: {q.reason}")
     out.print(table)
 
 

@@ -8,11 +8,15 @@ etcd/raft writes down for ``Ready``: **persist before send**.
 Ordering rule (checked by ``check_command_order`` on every list the core
 returns):
 
+0. ``RetireRecords``: records past their retention, archived then deleted.
+
 1. ``PersistNodes`` then ``PersistTasks``: the state changes of the step, each
    record once (its newest value), split into transactions of at most
    ``MAX_TXN_OPS`` puts (etcd's default ``--max-txn-ops``). Each is a
    leader-fenced etcd transaction (compare the election key's create revision
    to ``term``). The shell awaits each one before running the next command.
+   Then ``SeedFork`` (a forked task's first checkpoint to Redis, only after
+   its task is persisted; the shell feeds ``ForkSeeded`` with the outcome).
 2. ``EmitEvent``: notices about what was just persisted (the shell may append
    them to the etcd event log; they carry the same term).
 3. ``SendDirective``, ``ReplyToRequest``, ``CloseSession``: messages to node
@@ -51,6 +55,8 @@ __all__ = [
     "PersistNodes",
     "PersistTasks",
     "ReplyToRequest",
+    "RetireRecords",
+    "SeedFork",
     "SendDirective",
     "StatusCode",
     "StepDown",
@@ -112,6 +118,37 @@ class PersistTasks:
 
 
 @dataclass(frozen=True, slots=True)
+class RetireRecords:
+    """Move these records out of etcd: archive them in Redis, then delete them (fenced).
+
+    Terminal tasks and LEFT nodes past ``CoreSettings.retention_s``; the core
+    has already forgotten them. Runs before the persists of the same batch
+    (a record re-created under a retired id must not be deleted after it).
+    When the archive cannot be written the shell leaves them in etcd (a new
+    leader retires them again).
+    """
+
+    term: int
+    tasks: tuple[TaskRecord, ...] = ()
+    nodes: tuple[NodeRecord, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class SeedFork:
+    """Write a forked task's first checkpoint to Redis, then feed ``ForkSeeded``.
+
+    Comes after the persist of the task it seeds (the fork was accepted and
+    the id is durably taken) and before any directive: the task is placed
+    only once the outcome is stepped. ``seed`` is the serialised
+    ``CheckpointRecord`` the orchestrator request built.
+    """
+
+    term: int
+    task_id: str
+    seed: bytes
+
+
+@dataclass(frozen=True, slots=True)
 class EmitEvent:
     """Publish a cluster event (WatchEvents; the etcd event log)."""
 
@@ -165,8 +202,10 @@ class StepDown:
 
 
 Command = (
-    PersistNodes
+    RetireRecords
+    | PersistNodes
     | PersistTasks
+    | SeedFork
     | EmitEvent
     | SendDirective
     | ReplyToRequest
@@ -175,13 +214,15 @@ Command = (
 )
 
 _RANK: dict[type, int] = {
-    PersistNodes: 0,
-    PersistTasks: 1,
-    EmitEvent: 2,
-    SendDirective: 3,
-    ReplyToRequest: 3,
-    CloseSession: 3,
-    StepDown: 4,
+    RetireRecords: 0,
+    PersistNodes: 1,
+    PersistTasks: 2,
+    SeedFork: 3,
+    EmitEvent: 4,
+    SendDirective: 5,
+    ReplyToRequest: 5,
+    CloseSession: 5,
+    StepDown: 6,
 }
 
 

@@ -73,13 +73,14 @@ changed that could let a PENDING task run.
 from __future__ import annotations
 
 import enum
+import heapq
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from random import Random
 from typing import Any
 
-from coordinator.core import notices
+from coordinator.core import limits, notices
 from coordinator.core.commands import (
     CloseSession,
     Command,
@@ -87,6 +88,8 @@ from coordinator.core.commands import (
     PersistNodes,
     PersistTasks,
     ReplyToRequest,
+    RetireRecords,
+    SeedFork,
     SendDirective,
     StatusCode,
     StepDown,
@@ -113,6 +116,7 @@ from coordinator.core.events import (
     DrainRequested,
     Event,
     Failed,
+    ForkSeeded,
     GoodbyeReceived,
     HeartbeatReceived,
     LeadershipAcquired,
@@ -160,12 +164,15 @@ __all__ = ["CoordinatorCore", "CoreSnapshot", "NodeView", "Role"]
 MAX_PREVIOUS_OWNERS = 16
 """TaskRecord.previous_owner_node_ids keeps at most this many (the newest)."""
 
-MAX_ID_BYTES = 128
-MAX_SPEC_PAYLOAD_BYTES = 256 * 1024
+MAX_ID_BYTES = limits.LIMITS.id_bytes
+"""Longest request id and task kind accepted, UTF-8 bytes (``coordinator.core.limits``)."""
+MAX_SPEC_PAYLOAD_BYTES = limits.LIMITS.spec_payload_bytes
 """Largest ``spec.payload`` accepted: the task record (payload, then the result) is
 one etcd value, and etcd refuses requests over 1.5 MiB. Large inputs belong in
 an object store; pass a reference."""
-"""Longest request id and task kind accepted, UTF-8 bytes."""
+
+MAX_RETIRE = 64
+"""Most tasks (and nodes) one RetireRecords moves; a tick retires at most this many."""
 
 _LIVE = frozenset({NodeState.ALIVE, NodeState.DRAINING})
 _GONE = frozenset({NodeState.DEAD, NodeState.LEFT})
@@ -256,16 +263,29 @@ class _Out:
 
     nodes: dict[str, NodeRecord] = field(default_factory=dict)
     tasks: dict[str, TaskRecord] = field(default_factory=dict)
+    seeds: list[SeedFork] = field(default_factory=list)
+    retired_tasks: list[TaskRecord] = field(default_factory=list)
+    retired_nodes: list[NodeRecord] = field(default_factory=list)
     notices: list[notices.Notice] = field(default_factory=list)
     sends: list[SendDirective | ReplyToRequest | CloseSession] = field(default_factory=list)
     step_down: StepDown | None = None
 
     def commands(self, term: int, now_s: float) -> list[Command]:
         out: list[Command] = []
+        if self.retired_tasks or self.retired_nodes:
+            for i in range(0, max(len(self.retired_tasks), len(self.retired_nodes)), MAX_RETIRE):
+                out.append(
+                    RetireRecords(
+                        term,
+                        tuple(self.retired_tasks[i : i + MAX_RETIRE]),
+                        tuple(self.retired_nodes[i : i + MAX_RETIRE]),
+                    )
+                )
         node_records = [self.nodes[k] for k in sorted(self.nodes)]
         task_records = [self.tasks[k] for k in sorted(self.tasks)]
         out.extend(PersistNodes(term, chunk) for chunk in batched(node_records))
         out.extend(PersistTasks(term, chunk) for chunk in batched(task_records))
+        out.extend(self.seeds)
         out.extend(EmitEvent(term, now_s, body) for body in self.notices)
         out.extend(self.sends)
         if self.step_down is not None:
@@ -309,6 +329,11 @@ class CoordinatorCore:
         # Tasks whose release timed out: revoked at this epoch, requeued once the
         # owner shows it stopped (a heartbeat or Hello without it) or is gone.
         self._revoking: dict[str, int] = {}
+        # Forked tasks whose seed checkpoint is being written: not placed until ForkSeeded.
+        self._unseeded: set[str] = set()
+        # Retention: (finished or left at, id), soonest first; stale entries skipped.
+        self._retire_tasks: list[tuple[float, str]] = []
+        self._retire_nodes: list[tuple[float, str]] = []
         # True once a tick ran after the grace: verdicts and moves are under way.
         self._judging = False
         self._handlers: dict[type, Callable[[Any, _Out], None]] = {
@@ -324,6 +349,7 @@ class CoordinatorCore:
             MigrateRequested: self._on_migrate,
             UncordonRequested: self._on_uncordon,
             LineageReported: self._on_lineage,
+            ForkSeeded: self._on_fork_seeded,
             Tick: self._on_tick,
         }
 
@@ -388,7 +414,11 @@ class CoordinatorCore:
         if self._role is not Role.LEADER and not isinstance(event, LeadershipAcquired):
             raise UsageError(f"{type(event).__name__} fed to a core that is not leading")
         out = _Out()
-        handler(event, out)
+        screened = limits.screen(event)
+        if isinstance(screened, limits.Refusal):
+            self._refuse_at_intake(event, screened.message, out)
+        else:
+            handler(screened, out)
         self._place(out)
         commands = out.commands(self._term, self._now_s)
         check_command_order(commands)
@@ -508,6 +538,9 @@ class CoordinatorCore:
         self._last_heard = {}
         self._revoking = {}
         self._pinned = {}
+        self._unseeded = set()
+        self._retire_tasks = []
+        self._retire_nodes = []
         self._placement_dirty = False
         self._judging = False
 
@@ -515,6 +548,37 @@ class CoordinatorCore:
         self._role = Role.FOLLOWER
         self._grace_until_s = -math.inf
         self._reset()
+
+    def _refuse_at_intake(self, ev: Event, message: str, out: _Out) -> None:
+        """An input over a limit of ``coordinator.core.limits``: refuse it, decide nothing.
+
+        A Hello closes its Session, a heartbeat or lineage report closes the
+        node's current Session (INVALID_ARGUMENT naming the field); a task
+        update is answered REJECTED naming the field; a request is replied
+        INVALID_ARGUMENT.
+        """
+        if isinstance(ev, SessionOpened):
+            out.sends.append(
+                CloseSession(ev.node_id, ev.session_id, StatusCode.INVALID_ARGUMENT, message)
+            )
+        elif isinstance(ev, HeartbeatReceived | LineageReported):
+            entry = self._current(ev.node_id, ev.session_id)
+            if entry is not None:
+                self._close_session(entry, StatusCode.INVALID_ARGUMENT, message, out)
+        elif isinstance(ev, TaskUpdateReceived):
+            entry = self._current(ev.node_id, ev.session_id)
+            task = self._tasks.get(ev.task_id)
+            if entry is not None:
+                current = task.epoch if task is not None else 0
+                ack = TaskUpdateAck(
+                    ev.update_seq, ev.task_id, ev.epoch, UpdateOutcome.REJECTED, current, message
+                )
+                self._send(entry, ack, out)
+        elif isinstance(
+            ev,
+            TaskSubmitted | CancelRequested | DrainRequested | MigrateRequested | UncordonRequested,
+        ):
+            out.sends.append(ReplyToRequest(ev.request_id, StatusCode.INVALID_ARGUMENT, message))
 
     def _on_leadership_acquired(self, ev: LeadershipAcquired, out: _Out) -> None:
         if ev.term < self._term:
@@ -533,7 +597,10 @@ class CoordinatorCore:
             if record.state is NodeState.DEAD:
                 entry.dead_since_s = record.state_changed_at_s
                 entry.unavailable_since_s = record.state_changed_at_s
-            elif record.state is not NodeState.LEFT:
+            elif record.state is NodeState.LEFT:
+                at = record.state_changed_at_s if record.state_changed_at_s is not None else now
+                heapq.heappush(self._retire_nodes, (at, record.node_id))
+            else:
                 self._detector.watch(record.node_id, heard_s)
                 if record.state is NodeState.SUSPECT:
                     entry.unavailable_since_s = record.state_changed_at_s
@@ -548,6 +615,12 @@ class CoordinatorCore:
                     )
                 )
             self._tasks.insert(task)
+            if task.state.terminal:
+                at = task.finished_at_s if task.finished_at_s is not None else now
+                heapq.heappush(self._retire_tasks, (at, task.task_id))
+        for q in ev.quarantined:
+            out.notices.append(notices.RecordQuarantined(q.collection, q.name, q.reason))
+        self._fail_unseeded_forks(out)
         self._placement_dirty = True
 
     # ------------------------------------------------------------------
@@ -920,6 +993,45 @@ class CoordinatorCore:
                 self._move_tasks_of_gone_nodes(out)
             self._expire_releases(out)
         self._expire_deadlines(out)
+        self._retire(out)
+
+    def _retire(self, out: _Out) -> None:
+        """Retention: forget terminal tasks and LEFT nodes older than ``retention_s``.
+
+        They leave etcd for the Redis archive (``RetireRecords``), at most
+        ``MAX_RETIRE`` of each per tick, so etcd holds live state only.
+        """
+        horizon = self._now_s - self._settings.retention_s
+        heap = self._retire_tasks
+        while heap and heap[0][0] <= horizon and len(out.retired_tasks) < MAX_RETIRE:
+            _, task_id = heapq.heappop(heap)
+            task = self._tasks.get(task_id)
+            if task is None or not task.state.terminal or task_id in out.tasks:
+                continue
+            finished = task.finished_at_s if task.finished_at_s is not None else -math.inf
+            if finished > horizon:  # finished again later (a stale entry)
+                heapq.heappush(heap, (finished, task_id))
+                continue
+            out.retired_tasks.append(self._tasks.remove(task_id))
+        nodes = self._retire_nodes
+        while nodes and nodes[0][0] <= horizon and len(out.retired_nodes) < MAX_RETIRE:
+            _, node_id = heapq.heappop(nodes)
+            entry = self._nodes.get(node_id)
+            if (
+                entry is None
+                or entry.state is not NodeState.LEFT
+                or entry.connected
+                or node_id in out.nodes
+                or self._tasks.owned_by(node_id)
+            ):
+                continue
+            changed = entry.record.state_changed_at_s
+            if changed is not None and changed > horizon:
+                heapq.heappush(nodes, (changed, node_id))
+                continue
+            del self._nodes[node_id]
+            self._detector.forget(node_id)
+            out.retired_nodes.append(entry.record)
 
     def _declare_dead(self, entry: NodeEntry, out: _Out) -> None:
         if entry.connected:
@@ -1131,6 +1243,11 @@ class CoordinatorCore:
         )
         self._tasks.insert(task)
         out.tasks[task_id] = task
+        if ev.fork_seed:
+            # Written only now that the fork is accepted and its id taken (after
+            # the persist); placed only once ForkSeeded says the seed is in Redis.
+            self._unseeded.add(task_id)
+            out.seeds.append(SeedFork(self._term, task_id, ev.fork_seed))
         self._placement_dirty = True
         out.notices.append(notices.TaskSubmitted(task_id, spec.kind, ev.request_id))
         if ev.forked_from_ref:
@@ -1331,6 +1448,42 @@ class CoordinatorCore:
                 )
             )
         self._send(entry, LineageAck(ev.fork_id, ev.task_id, ev.epoch), out)
+
+    def _on_fork_seeded(self, ev: ForkSeeded, out: _Out) -> None:
+        """The seed of a forked task is in Redis (place it), or could not be written (fail it)."""
+        task = self._tasks.get(ev.task_id)
+        if ev.task_id not in self._unseeded or task is None:
+            return
+        self._unseeded.discard(ev.task_id)
+        if task.state is not TaskState.PENDING:
+            return
+        if ev.ok:
+            # Recorded so that a new leader knows the seed exists (see _fail_unseeded_forks).
+            self._put_task(
+                TaskTrigger.ANNOTATE, replace(task, last_replicated_checkpoint=ev.checkpoint), out
+            )
+            self._placement_dirty = True
+            return
+        error = TaskError(
+            code=TaskErrorCode.RESTORE_FAILED,
+            message=f"the fork's seed checkpoint could not be written: {ev.reason}",
+            retryable=False,
+        )
+        self._finish(task, TaskTrigger.EXPIRE, TaskState.FAILED, out, last_error=error)
+        out.notices.append(notices.TaskFailed(task.task_id, "", 0, error, False))
+
+    def _fail_unseeded_forks(self, out: _Out) -> None:
+        """Forks a previous leader accepted but never saw seeded: their seed is lost; fail them."""
+        for task in self._tasks.pending():
+            if task.forked_from_ref and task.epoch == 0 and task.last_replicated_checkpoint is None:
+                error = TaskError(
+                    code=TaskErrorCode.RESTORE_FAILED,
+                    message="a leader change interrupted the fork before its seed was "
+                    "confirmed; fork again with a new request id",
+                    retryable=False,
+                )
+                self._finish(task, TaskTrigger.EXPIRE, TaskState.FAILED, out, last_error=error)
+                out.notices.append(notices.TaskFailed(task.task_id, "", 0, error, False))
 
     def _complete(self, task: TaskRecord, change: Completed, out: _Out) -> None:
         holder = _epoch_holder(task)
@@ -1577,6 +1730,8 @@ class CoordinatorCore:
         if self._pinned:
             self._place_pinned(out)
         pending = self._tasks.pending()
+        if self._unseeded:
+            pending = [t for t in pending if t.task_id not in self._unseeded]
         if not pending:
             return
         candidates = self._candidates()
@@ -1777,6 +1932,7 @@ class CoordinatorCore:
         self._requeue.pop(task.task_id, None)
         self._revoking.pop(task.task_id, None)
         self._pinned.pop(task.task_id, None)
+        self._unseeded.discard(task.task_id)
         self._put_task(
             trigger,
             replace(
@@ -1797,6 +1953,8 @@ class CoordinatorCore:
         stamped = replace(new, updated_at_s=self._now_s, written_term=self._term)
         self._tasks.transition(trigger, stamped)
         out.tasks[stamped.task_id] = stamped
+        if stamped.state.terminal and old is not None and not old.state.terminal:
+            heapq.heappush(self._retire_tasks, (self._now_s, stamped.task_id))
         if stamped.state is TaskState.PENDING or (
             old is not None and old.state.owned and not stamped.state.owned
         ):
@@ -1823,6 +1981,8 @@ class CoordinatorCore:
         )
         if state is NodeState.ALIVE:
             self._placement_dirty = True
+        elif state is NodeState.LEFT:
+            heapq.heappush(self._retire_nodes, (self._now_s, entry.node_id))
 
     def _stamp_state(self, old: NodeRecord, new: NodeRecord) -> NodeRecord:
         if new.state is old.state:

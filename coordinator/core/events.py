@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from coordinator.core.loadcheck import Quarantine
 from coordinator.core.records import (
     CheckpointSummary,
     HeldTask,
@@ -38,6 +39,7 @@ __all__ = [
     "DrainRequested",
     "Event",
     "Failed",
+    "ForkSeeded",
     "GoodbyeReceived",
     "HeartbeatReceived",
     "LeadershipAcquired",
@@ -70,12 +72,15 @@ class LeadershipAcquired:
     """This replica won the election; the records are what it loaded from etcd.
 
     Every node gets a full ``dead_after_s`` from ``now_s`` before it is judged.
+    ``quarantined``: records the shell moved aside after
+    ``coordinator.core.loadcheck.screen_loaded`` (a RecordQuarantined event each).
     """
 
     term: int
     now_s: float
     nodes: tuple[NodeRecord, ...] = ()
     tasks: tuple[TaskRecord, ...] = ()
+    quarantined: tuple[Quarantine, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,6 +231,10 @@ class TaskSubmitted:
     ``task_id`` empty asks the leader to generate one. ``forked_from_ref`` is
     set by ForkTask: the checkpoint the new task starts from (already seeded in
     Redis under the new task's id); ``fork_edits`` counts the state edits.
+    ``fork_seed`` is the new task's first checkpoint, opaque to the core: only
+    once the core accepted the fork does it ask the shell to write it
+    (``SeedFork``, after the task's persist), and the task is not placed
+    before ``ForkSeeded`` reports the outcome — a refused fork leaves nothing.
     """
 
     request_id: str
@@ -234,6 +243,21 @@ class TaskSubmitted:
     task_id: str = ""
     forked_from_ref: str = ""
     fork_edits: int = 0
+    fork_seed: bytes = b""
+
+
+@dataclass(frozen=True, slots=True)
+class ForkSeeded:
+    """The shell ran ``SeedFork``: the forked task's first checkpoint is in Redis, or not.
+
+    ``checkpoint`` summarises the seed written (``ok``); ``reason`` says why not.
+    """
+
+    task_id: str
+    now_s: float
+    ok: bool
+    checkpoint: CheckpointSummary | None = None
+    reason: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -344,5 +368,6 @@ Event = (
     | MigrateRequested
     | UncordonRequested
     | LineageReported
+    | ForkSeeded
     | Tick
 )

@@ -33,6 +33,7 @@ __all__ = [
     "NodeSuspected",
     "NodeUncordoned",
     "Notice",
+    "RecordQuarantined",
     "RecoveryCompleted",
     "TaskAssigned",
     "TaskCancelled",
@@ -299,6 +300,21 @@ class ZombieFenced:
     source: FenceSource
 
 
+@dataclass(frozen=True, slots=True)
+class RecordQuarantined:
+    """A record loaded from etcd did not parse or broke the core's rules; it was moved aside.
+
+    Attributes:
+        collection: ``"nodes"`` or ``"tasks"``.
+        name: its name in the collection.
+        reason: the rule it broke (``coordinator.core.loadcheck``).
+    """
+
+    collection: str
+    name: str
+    reason: str
+
+
 Notice = (
     NodeJoined
     | IdentityConflict
@@ -321,4 +337,5 @@ Notice = (
     | RecoveryCompleted
     | ConflictDetected
     | TaskForked
+    | RecordQuarantined
 )

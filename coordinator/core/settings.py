@@ -63,6 +63,8 @@ class CoreSettings:
         release_timeout_s: time a draining owner gets to release a task.
         max_assignments_per_round: placements per step at most (a rate limit;
             the rest follow on the next tick).
+        retention_s: time a terminal task (COMPLETED, FAILED, CANCELLED) or a
+            LEFT node stays in etcd before it moves to the Redis archive.
         self_check: run ``check_invariants`` after every step (tests, drills).
         failover_reconnect_s: a new leader gives each node this long beyond
             ``dead_after_s`` to come back before silence counts: a fair
@@ -87,6 +89,7 @@ class CoreSettings:
     default_max_attempts: int = 3
     release_timeout_s: float = 10.0
     max_assignments_per_round: int = 1000
+    retention_s: float = 24 * 3600.0
     self_check: bool = False
     failover_reconnect_s: float = 0.0
 
@@ -101,6 +104,7 @@ class CoreSettings:
             "phi_min_std_deviation_s": self.phi_min_std_deviation_s,
             "mass_failure_window_s": self.mass_failure_window_s,
             "release_timeout_s": self.release_timeout_s,
+            "retention_s": self.retention_s,
         }
         for name, value in positive.items():
             if not (math.isfinite(value) and value > 0):

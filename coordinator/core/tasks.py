@@ -187,6 +187,24 @@ class TaskTable:
         self._by_request[task.request_id] = task.task_id
         self._index(task)
 
+    def remove(self, task_id: str) -> TaskRecord:
+        """Forget a terminal task (retention moved it to the archive).
+
+        Returns:
+            The removed record.
+
+        Raises:
+            InvariantViolation: unknown task, or one that is not terminal.
+        """
+        task = self._tasks.get(task_id)
+        if task is None or not task.state.terminal:
+            raise InvariantViolation(f"only a known terminal task can be retired: {task_id!r}")
+        del self._tasks[task_id]
+        if self._by_request.get(task.request_id) == task_id:
+            del self._by_request[task.request_id]
+        self._unindex(task)
+        return task
+
     def transition(self, trigger: TaskTrigger, new: TaskRecord) -> TaskRecord:
         """Replace a task by ``new``, which must follow from it by ``trigger``.
 

@@ -162,6 +162,7 @@ class EventType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     EVENT_TYPE_RECOVERY_COMPLETED: _ClassVar[EventType]
     EVENT_TYPE_RECONCILE_STARTED: _ClassVar[EventType]
     EVENT_TYPE_RECONCILE_COMPLETED: _ClassVar[EventType]
+    EVENT_TYPE_RECORD_QUARANTINED: _ClassVar[EventType]
 NODE_STATE_UNSPECIFIED: NodeState
 NODE_STATE_ALIVE: NodeState
 NODE_STATE_SUSPECT: NodeState
@@ -267,6 +268,7 @@ EVENT_TYPE_CONFLICT_DETECTED: EventType
 EVENT_TYPE_RECOVERY_COMPLETED: EventType
 EVENT_TYPE_RECONCILE_STARTED: EventType
 EVENT_TYPE_RECONCILE_COMPLETED: EventType
+EVENT_TYPE_RECORD_QUARANTINED: EventType
 
 class NodeCapacity(_message.Message):
     __slots__ = ("slots", "cpu_millicores", "memory_bytes")
@@ -739,7 +741,7 @@ class DocumentRecord(_message.Message):
     def __init__(self, doc_id: _Optional[str] = ..., crdt_type: _Optional[_Union[CrdtType, str]] = ..., state_vector: _Optional[_Union[StateVector, _Mapping]] = ..., state: _Optional[bytes] = ..., codec: _Optional[str] = ..., op_count: _Optional[int] = ..., updated_at_unix_ms: _Optional[int] = ..., checksum_algorithm: _Optional[_Union[ChecksumAlgorithm, str]] = ..., checksum: _Optional[bytes] = ...) -> None: ...
 
 class Event(_message.Message):
-    __slots__ = ("revision", "occurred_at_unix_ms", "term", "leader_elected", "node_joined", "node_suspected", "node_recovered", "node_dead", "node_draining", "node_uncordoned", "node_left", "mass_failure_guard", "identity_conflict", "task_submitted", "task_assigned", "task_started", "task_reassigned", "task_resumed", "task_completed", "task_failed", "task_cancelled", "task_forked", "zombie_fenced", "conflict_detected", "recovery_completed", "reconcile_started", "reconcile_completed")
+    __slots__ = ("revision", "occurred_at_unix_ms", "term", "leader_elected", "node_joined", "node_suspected", "node_recovered", "node_dead", "node_draining", "node_uncordoned", "node_left", "mass_failure_guard", "identity_conflict", "task_submitted", "task_assigned", "task_started", "task_reassigned", "task_resumed", "task_completed", "task_failed", "task_cancelled", "task_forked", "zombie_fenced", "conflict_detected", "recovery_completed", "reconcile_started", "reconcile_completed", "record_quarantined")
     REVISION_FIELD_NUMBER: _ClassVar[int]
     OCCURRED_AT_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
     TERM_FIELD_NUMBER: _ClassVar[int]
@@ -767,6 +769,7 @@ class Event(_message.Message):
     RECOVERY_COMPLETED_FIELD_NUMBER: _ClassVar[int]
     RECONCILE_STARTED_FIELD_NUMBER: _ClassVar[int]
     RECONCILE_COMPLETED_FIELD_NUMBER: _ClassVar[int]
+    RECORD_QUARANTINED_FIELD_NUMBER: _ClassVar[int]
     revision: int
     occurred_at_unix_ms: int
     term: int
@@ -794,7 +797,8 @@ class Event(_message.Message):
     recovery_completed: RecoveryCompleted
     reconcile_started: ReconcileStarted
     reconcile_completed: ReconcileCompleted
-    def __init__(self, revision: _Optional[int] = ..., occurred_at_unix_ms: _Optional[int] = ..., term: _Optional[int] = ..., leader_elected: _Optional[_Union[LeaderElected, _Mapping]] = ..., node_joined: _Optional[_Union[NodeJoined, _Mapping]] = ..., node_suspected: _Optional[_Union[NodeSuspected, _Mapping]] = ..., node_recovered: _Optional[_Union[NodeRecovered, _Mapping]] = ..., node_dead: _Optional[_Union[NodeDead, _Mapping]] = ..., node_draining: _Optional[_Union[NodeDraining, _Mapping]] = ..., node_uncordoned: _Optional[_Union[NodeUncordoned, _Mapping]] = ..., node_left: _Optional[_Union[NodeLeft, _Mapping]] = ..., mass_failure_guard: _Optional[_Union[MassFailureGuardChanged, _Mapping]] = ..., identity_conflict: _Optional[_Union[IdentityConflict, _Mapping]] = ..., task_submitted: _Optional[_Union[TaskSubmitted, _Mapping]] = ..., task_assigned: _Optional[_Union[TaskAssigned, _Mapping]] = ..., task_started: _Optional[_Union[TaskStarted, _Mapping]] = ..., task_reassigned: _Optional[_Union[TaskReassigned, _Mapping]] = ..., task_resumed: _Optional[_Union[TaskResumed, _Mapping]] = ..., task_completed: _Optional[_Union[TaskCompleted, _Mapping]] = ..., task_failed: _Optional[_Union[TaskFailed, _Mapping]] = ..., task_cancelled: _Optional[_Union[TaskCancelled, _Mapping]] = ..., task_forked: _Optional[_Union[TaskForked, _Mapping]] = ..., zombie_fenced: _Optional[_Union[ZombieFenced, _Mapping]] = ..., conflict_detected: _Optional[_Union[ConflictDetected, _Mapping]] = ..., recovery_completed: _Optional[_Union[RecoveryCompleted, _Mapping]] = ..., reconcile_started: _Optional[_Union[ReconcileStarted, _Mapping]] = ..., reconcile_completed: _Optional[_Union[ReconcileCompleted, _Mapping]] = ...) -> None: ...
+    record_quarantined: RecordQuarantined
+    def __init__(self, revision: _Optional[int] = ..., occurred_at_unix_ms: _Optional[int] = ..., term: _Optional[int] = ..., leader_elected: _Optional[_Union[LeaderElected, _Mapping]] = ..., node_joined: _Optional[_Union[NodeJoined, _Mapping]] = ..., node_suspected: _Optional[_Union[NodeSuspected, _Mapping]] = ..., node_recovered: _Optional[_Union[NodeRecovered, _Mapping]] = ..., node_dead: _Optional[_Union[NodeDead, _Mapping]] = ..., node_draining: _Optional[_Union[NodeDraining, _Mapping]] = ..., node_uncordoned: _Optional[_Union[NodeUncordoned, _Mapping]] = ..., node_left: _Optional[_Union[NodeLeft, _Mapping]] = ..., mass_failure_guard: _Optional[_Union[MassFailureGuardChanged, _Mapping]] = ..., identity_conflict: _Optional[_Union[IdentityConflict, _Mapping]] = ..., task_submitted: _Optional[_Union[TaskSubmitted, _Mapping]] = ..., task_assigned: _Optional[_Union[TaskAssigned, _Mapping]] = ..., task_started: _Optional[_Union[TaskStarted, _Mapping]] = ..., task_reassigned: _Optional[_Union[TaskReassigned, _Mapping]] = ..., task_resumed: _Optional[_Union[TaskResumed, _Mapping]] = ..., task_completed: _Optional[_Union[TaskCompleted, _Mapping]] = ..., task_failed: _Optional[_Union[TaskFailed, _Mapping]] = ..., task_cancelled: _Optional[_Union[TaskCancelled, _Mapping]] = ..., task_forked: _Optional[_Union[TaskForked, _Mapping]] = ..., zombie_fenced: _Optional[_Union[ZombieFenced, _Mapping]] = ..., conflict_detected: _Optional[_Union[ConflictDetected, _Mapping]] = ..., recovery_completed: _Optional[_Union[RecoveryCompleted, _Mapping]] = ..., reconcile_started: _Optional[_Union[ReconcileStarted, _Mapping]] = ..., reconcile_completed: _Optional[_Union[ReconcileCompleted, _Mapping]] = ..., record_quarantined: _Optional[_Union[RecordQuarantined, _Mapping]] = ...) -> None: ...
 
 class LeaderElected(_message.Message):
     __slots__ = ("leader_id", "leader_address", "term", "previous_term")
@@ -1125,3 +1129,29 @@ class ReconcileCompleted(_message.Message):
     duration_ms: int
     converged: bool
     def __init__(self, session_id: _Optional[str] = ..., trigger: _Optional[_Union[ReconcileTrigger, str]] = ..., node_ids: _Optional[_Iterable[str]] = ..., documents: _Optional[int] = ..., deltas: _Optional[int] = ..., conflicts: _Optional[int] = ..., conflict_details: _Optional[_Iterable[_Union[ReconcileConflict, _Mapping]]] = ..., duration_ms: _Optional[int] = ..., converged: _Optional[bool] = ...) -> None: ...
+
+class QuarantinedRecord(_message.Message):
+    __slots__ = ("collection", "name", "reason", "value", "quarantined_at_unix_ms", "term")
+    COLLECTION_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    QUARANTINED_AT_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
+    TERM_FIELD_NUMBER: _ClassVar[int]
+    collection: str
+    name: str
+    reason: str
+    value: bytes
+    quarantined_at_unix_ms: int
+    term: int
+    def __init__(self, collection: _Optional[str] = ..., name: _Optional[str] = ..., reason: _Optional[str] = ..., value: _Optional[bytes] = ..., quarantined_at_unix_ms: _Optional[int] = ..., term: _Optional[int] = ...) -> None: ...
+
+class RecordQuarantined(_message.Message):
+    __slots__ = ("collection", "name", "reason")
+    COLLECTION_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    collection: str
+    name: str
+    reason: str
+    def __init__(self, collection: _Optional[str] = ..., name: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...

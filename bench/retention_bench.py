@@ -1,0 +1,160 @@
+"""Retention: etcd's size and the leader's memory stay flat however many tasks run.
+
+Starts a local dev cluster (``lazarus.devcluster.LocalCluster``: one etcd,
+Redis, three ``lazarus coordinator`` processes with a short ``--retention-s``,
+``--agents`` node agents running the demo app) and submits short ``sleep``
+tasks (0.01 s, one checkpoint) as fast as ``--concurrency`` clients can for
+``--duration-s`` seconds. Every ``--sample-s`` it records the tasks submitted
+and completed so far, the task records etcd holds (``etcdctl get --prefix
+--count-only``), etcd's db size and in-use size (``etcdctl endpoint status``;
+the cluster's etcd runs with auto-compaction, so in-use size is the live
+data) and the leader's resident memory (``/proc/<pid>/status`` VmRSS).
+
+Results: ``bench/results/retention.json`` (every sample) and a summary on
+stdout; ``bench/README.md`` holds the table of the recorded run. Every process
+is stopped at the end.
+
+Run: ``.venv/bin/python bench/retention_bench.py [--duration-s 480]
+[--retention-s 10] [--agents 4] [--concurrency 32]``. The issue asks for
+200,000 tasks; on a shared 2-core machine a run of a few minutes is what fits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import grpc.aio
+
+from lazarus.devcluster import LocalCluster
+from lazarus.v1 import records_pb2
+
+ROOT = Path(__file__).resolve().parent
+PAYLOAD = json.dumps({"seconds": 0.01, "checkpoints": 1}).encode()
+
+
+def _etcd(endpoints: list[str], *args: str) -> str:
+    return subprocess.run(
+        ["etcdctl", f"--endpoints={','.join(endpoints)}", *args],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=10,
+    ).stdout
+
+
+def _sample(cluster: LocalCluster, name: str, leader_pid: int | None) -> dict[str, Any]:
+    endpoints = cluster.etcd_endpoints
+    count = _etcd(
+        endpoints, "get", "--prefix", "--count-only", "-w", "json", f"/lazarus/{name}/tasks/"
+    )
+    status = json.loads(_etcd(endpoints, "endpoint", "status", "-w", "json"))[0]["Status"]
+    rss_kib = 0
+    if leader_pid is not None:
+        with contextlib.suppress(OSError):
+            for line in Path(f"/proc/{leader_pid}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    rss_kib = int(line.split()[1])
+    return {
+        "etcd_task_records": int(json.loads(count).get("count", 0)),
+        "etcd_db_bytes": int(status.get("dbSize", 0)),
+        "etcd_db_in_use_bytes": int(status.get("dbSizeInUse", 0)),
+        "leader_rss_bytes": rss_kib * 1024,
+    }
+
+
+async def _run(args: argparse.Namespace) -> dict[str, Any]:
+    name = f"ret-{uuid.uuid4().hex[:6]}"
+    run_dir = Path(tempfile.mkdtemp(prefix="lazarus-retention-bench-"))
+    cluster = LocalCluster(
+        run_dir,
+        coordinators=3,
+        agents=args.agents,
+        cluster=name,
+        coordinator_args=["--retention-s", str(args.retention_s)],
+    )
+    cluster.start()
+    samples: list[dict[str, Any]] = []
+    submitted = 0
+    try:
+        await cluster.ready(timeout_s=60)
+        started = time.monotonic()
+        deadline = started + args.duration_s
+        stop = asyncio.Event()
+
+        async def client(index: int) -> None:
+            nonlocal submitted
+            n = 0
+            while not stop.is_set():
+                n += 1
+                with contextlib.suppress(grpc.aio.AioRpcError, RuntimeError):
+                    await cluster.submit(f"c{index}-{n}", "sleep", PAYLOAD)
+                    submitted += 1
+
+        clients = [asyncio.create_task(client(i)) for i in range(args.concurrency)]
+        while time.monotonic() < deadline:
+            await asyncio.sleep(args.sample_s)
+            index, _ = await cluster.leader()
+            sample = await asyncio.to_thread(
+                _sample, cluster, name, cluster.coordinators[index].pid
+            )
+            sample["t_s"] = round(time.monotonic() - started, 1)
+            sample["submitted"] = submitted
+            samples.append(sample)
+            print(json.dumps(sample), flush=True)
+        stop.set()
+        for task in clients:
+            task.cancel()
+        await asyncio.gather(*clients, return_exceptions=True)
+        tasks = await cluster.list_tasks()
+        live = sum(1 for t in tasks if t.state != records_pb2.TASK_STATE_COMPLETED)
+    finally:
+        await asyncio.to_thread(cluster.stop)
+    return {
+        "bench": "retention",
+        "host": platform.node(),
+        "python": sys.version.split()[0],
+        "duration_s": args.duration_s,
+        "retention_s": args.retention_s,
+        "agents": args.agents,
+        "concurrency": args.concurrency,
+        "tasks_submitted": submitted,
+        "tasks_in_etcd_at_end_not_completed": live,
+        "samples": samples,
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--duration-s", type=float, default=480.0)
+    parser.add_argument("--retention-s", type=float, default=10.0)
+    parser.add_argument("--agents", type=int, default=4)
+    parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--sample-s", type=float, default=10.0)
+    parser.add_argument("--out", type=Path, default=ROOT / "results" / "retention.json")
+    args = parser.parse_args()
+    result = asyncio.run(_run(args))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=1) + "\n")
+    first, last = result["samples"][0], result["samples"][-1]
+    print(
+        f"{result['tasks_submitted']} tasks in {args.duration_s:.0f} s; etcd task records "
+        f"{first['etcd_task_records']} -> {last['etcd_task_records']}, db in use "
+        f"{first['etcd_db_in_use_bytes']} -> {last['etcd_db_in_use_bytes']} B, leader RSS "
+        f"{first['leader_rss_bytes']} -> {last['leader_rss_bytes']} B"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

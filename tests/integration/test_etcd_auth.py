@@ -73,6 +73,7 @@ def spawn(tmp_path: Path) -> Iterator[Spawn]:
                 "LAZARUS_LISTEN": f"127.0.0.1:{grpc_port}",
                 "LAZARUS_METRICS_LISTEN": f"127.0.0.1:{metrics_port}",
                 "LAZARUS_LEASE_TTL_S": "3",
+                "LAZARUS_AUTH": "none",  # etcd's credentials are the subject; mTLS: test_security
                 **env,
             },
             stdout=log,
@@ -191,7 +192,7 @@ def test_half_given_credentials_are_a_usage_error(env: dict[str, str], message: 
     clean = {k: v for k, v in os.environ.items() if not k.startswith("LAZARUS_")}
     done = subprocess.run(
         [str(LAZARUS), "coordinator"],
-        env={**clean, **env},
+        env={**clean, "LAZARUS_AUTH": "none", **env},
         capture_output=True,
         text=True,
         timeout=30,

@@ -57,7 +57,7 @@ async def start_replica(
             listen="127.0.0.1:0",
             etcd_endpoint=str(etcd.endpoint),
             redis_url=f"redis://{redis_server.endpoint}/0",
-            **server_settings,
+            **{"auth": "none", **server_settings},  # the subject is hardening; mTLS: test_security
         ),
         settings if settings is not None else CoreSettings(),
         observer=observer,

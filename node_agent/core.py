@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import enum
 import json
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -318,7 +319,8 @@ class AgentCore:
         progress_report_interval_s: least time between two Checkpointed updates of a task.
         hello: static Hello fields (address, capacity, labels, kinds, agent_version).
         unsafe_disable_self_fence: never self-fence (UNSAFE: a cut-off agent keeps
-            running tasks the leader moves). Only for the drills' mutation test,
+            running tasks the leader moves), neither in the tick nor in the
+            handler's ownership check. Only for the drills' mutation test,
             which shows the partition-heal drill fails without the fence.
     """
 
@@ -401,6 +403,8 @@ class AgentCore:
 
     def ownership(self) -> Ownership:
         """The fence as a snapshot that other threads and processes may test (``Ownership``)."""
+        if self.unsafe_disable_self_fence:
+            return Ownership(math.inf)  # the mutation turns the whole self-fence off, here too
         deadline = self.fence_deadline()
         if deadline is None and self._fenced:
             return Ownership(self._fenced_deadline_s, fenced=True)

@@ -89,6 +89,10 @@ def coordinator(etcd: Any, tmp_path: Path) -> Iterator[Process]:
                 str(etcd.endpoint),
                 "--auth",  # plaintext: the soak measures heartbeats, test_security covers auth
                 "none",
+                # The detector's timing is the subject: no extra grace after the election
+                # (tests/unit/core/test_failover_grace.py covers that grace).
+                "--failover-reconnect-s",
+                "0",
             ],
             stdout=log,
             stderr=subprocess.STDOUT,

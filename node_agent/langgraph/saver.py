@@ -555,6 +555,13 @@ class LazarusSaver(BaseCheckpointSaver[str]):
                 self._ensure_all()
 
     async def compact(self, thread_id: str, *, extra: Mapping[str, Any] | None = None) -> str:
+        """``compact_state``, returning the ref only."""
+        ref, _state = await self.compact_state(thread_id, extra=extra)
+        return ref
+
+    async def compact_state(
+        self, thread_id: str, *, extra: Mapping[str, Any] | None = None
+    ) -> tuple[str, dict[str, Any]]:
         """Fold the thread into a Lazarus checkpoint now (e.g. before waiting for input).
 
         Args:
@@ -563,7 +570,8 @@ class LazarusSaver(BaseCheckpointSaver[str]):
                 of the thread; ``langgraph_task`` notes interrupts there).
 
         Returns:
-            The Lazarus checkpoint's ref (``"<thread>@<seq>"``, what ForkTask takes).
+            The Lazarus checkpoint's ref (``"<thread>@<seq>"``, what ForkTask takes)
+            and its JSON state (the thread's fold plus ``extra``).
 
         Raises:
             TaskCancelled: inside a task that no longer runs here.
@@ -579,7 +587,7 @@ class LazarusSaver(BaseCheckpointSaver[str]):
             seq = await self._log.asnapshot(thread_id, state, 0)
             t.since_snapshot = 0
             t.snapshot_events = len(state["events"])
-        return make_ref(thread_id, seq)
+        return make_ref(thread_id, seq), state
 
     # ------------------------------------------------------------ sync API
 

@@ -119,11 +119,14 @@ async def run_graph(
     if snapshot.interrupts:
         interrupts = [{"id": i.id, "value": jsonable(i.value)} for i in snapshot.interrupts]
         checkpoint_id = snapshot.config["configurable"]["checkpoint_id"]
-        ref = await saver.compact(
+        ref, fold = await saver.compact_state(
             ctx.task_id, extra={"interrupted_at": checkpoint_id, "interrupts": interrupts}
         )
         ctx.progress(0.5, f"interrupted: waiting for input at {checkpoint_id}")
+        # The result carries the thread's fold too: a finished task's newest
+        # checkpoint is its result ([task-path]), and that is what a fork reads.
         return {
+            **fold,
             "status": "interrupted",
             "thread_id": ctx.task_id,
             "checkpoint_id": checkpoint_id,
@@ -194,10 +197,13 @@ async def resume(client: Client, task_id: str, value: Any, *, new_task_id: str =
     """
     task = (await client.get(task_id)).task
     try:
-        ref = json.loads(task.result.payload).get("checkpoint_ref", "")
+        interrupted = json.loads(task.result.payload).get("status") == "interrupted"
     except (ValueError, AttributeError):
-        ref = ""
-    if not ref:
+        interrupted = False
+    if not interrupted:
         raise ValueError(f"task {task_id!r} is not an interrupted graph (no checkpoint_ref)")
+    # Its newest checkpoint is the result, which carries the thread's fold.
+    newest = await client.checkpoint(task_id, omit_payload=True)
+    ref = newest.checkpoint.checkpoint_ref
     fork = await client.fork(ref, edits={"resume": value}, new_task_id=new_task_id)
     return str(fork.task_id)

@@ -587,9 +587,10 @@ class CoordinatorCore:
         self._role = Role.LEADER
         self._term = ev.term
         now = ev.now_s
-        # Silence counts from when every node had a fair chance to find this leader.
+        # A node loaded from etcd is silent only from when it had a fair chance to
+        # find this leader; a node that says Hello to it is judged as usual.
         heard_s = now + self._settings.failover_reconnect_s
-        self._grace_until_s = heard_s + self._settings.dead_after_s
+        self._grace_until_s = now + self._settings.dead_after_s
         for record in sorted(ev.nodes, key=lambda r: r.node_id):
             if record.node_id in self._nodes:
                 raise UsageError(f"node {record.node_id!r} loaded twice")

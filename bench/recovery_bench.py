@@ -215,6 +215,27 @@ async def _submit_all(stub: Any, n_tasks: int, tag: str, payload: bytes) -> list
     return list(await asyncio.gather(*(one(i) for i in range(n_tasks))))
 
 
+async def _fill_victim(leader: Any, follower: Any, n_tasks: int, tag: str, body: bytes) -> set[str]:
+    """Submit ``n_tasks`` in waves of SUBMIT_WAVE; each runs on the victim before the next."""
+    ids: set[str] = set()
+    while len(ids) < n_tasks:
+        wave = min(SUBMIT_WAVE, n_tasks - len(ids))
+        ids |= set(await _submit_all(leader, wave, f"{tag}-{len(ids)}", body))
+        await _wait_for(f"{len(ids)} tasks RUNNING on {VICTIM}", WAVE_S, _on_victim(ids), follower)
+    return ids
+
+
+async def _replicated_seqs(follower: Any, ids: set[str]) -> dict[str, int]:
+    """Wait until every task has a checkpoint in Redis; its seq per task."""
+    before = await _wait_for(
+        "a replicated checkpoint for every task",
+        CHECKPOINT_WAIT_S,
+        lambda ts: all(x.last_replicated_checkpoint.seq >= 1 for x in ts if x.task_id in ids),
+        follower,
+    )
+    return {x.task_id: x.last_replicated_checkpoint.seq for x in before}
+
+
 def _on_victim(ids: set[str]) -> Callable[[list[records_pb2.TaskRecord]], bool]:
     frozen = set(ids)
 
@@ -345,26 +366,12 @@ async def run_trial(
             leader: Any = coordinator_pb2_grpc.CoordinatorServiceStub(to_leader)  # type: ignore[no-untyped-call]
             follower: Any = coordinator_pb2_grpc.CoordinatorServiceStub(to_follower)  # type: ignore[no-untyped-call]
             t = time.monotonic()
-            ids: set[str] = set()
-            while len(ids) < n_tasks:
-                wave = min(SUBMIT_WAVE, n_tasks - len(ids))
-                ids |= set(await _submit_all(leader, wave, f"{run_dir.name}-{len(ids)}", body))
-                await _wait_for(
-                    f"{len(ids)} tasks RUNNING on {VICTIM}", WAVE_S, _on_victim(ids), follower
-                )
+            ids = await _fill_victim(leader, follower, n_tasks, run_dir.name, body)
             running_s = time.monotonic() - t
             for _ in SURVIVORS:
                 cluster.add_agent("--slots", slots)
             await cluster.ready(STARTUP_S)
-            before = await _wait_for(
-                "a replicated checkpoint for every task",
-                CHECKPOINT_WAIT_S,
-                lambda ts: all(
-                    x.last_replicated_checkpoint.seq >= 1 for x in ts if x.task_id in ids
-                ),
-                follower,
-            )
-            replicated_seq = {x.task_id: x.last_replicated_checkpoint.seq for x in before}
+            replicated_seq = await _replicated_seqs(follower, ids)
             setup_s = time.monotonic() - started
             say(
                 f"  {mode} x{n_tasks}: set up in {setup_s:.1f} s (all running on {VICTIM} "
@@ -528,22 +535,8 @@ async def run_restart_trial(
         ):
             leader: Any = coordinator_pb2_grpc.CoordinatorServiceStub(to_leader)  # type: ignore[no-untyped-call]
             follower: Any = coordinator_pb2_grpc.CoordinatorServiceStub(to_follower)  # type: ignore[no-untyped-call]
-            ids: set[str] = set()
-            while len(ids) < n_tasks:
-                wave = min(SUBMIT_WAVE, n_tasks - len(ids))
-                ids |= set(await _submit_all(leader, wave, f"{run_dir.name}-{len(ids)}", body))
-                await _wait_for(
-                    f"{len(ids)} tasks RUNNING on {VICTIM}", WAVE_S, _on_victim(ids), follower
-                )
-            before = await _wait_for(
-                "a replicated checkpoint for every task",
-                CHECKPOINT_WAIT_S,
-                lambda ts: all(
-                    x.last_replicated_checkpoint.seq >= 1 for x in ts if x.task_id in ids
-                ),
-                follower,
-            )
-            replicated_seq = {x.task_id: x.last_replicated_checkpoint.seq for x in before}
+            ids = await _fill_victim(leader, follower, n_tasks, run_dir.name, body)
+            replicated_seq = await _replicated_seqs(follower, ids)
             setup_s = time.monotonic() - started
             say(f"  restart x{n_tasks}: set up in {setup_s:.1f} s; SIGKILL + start")
             load_1m = os.getloadavg()[0]

@@ -73,3 +73,25 @@ async def test_one_kill_trial_measures_and_serialises(tmp_path: Path) -> None:
     assert back["samples"]["killx20"][0]["tasks_lost"] == 0
     assert back["machine"]["cpus"] > 0
     assert "| SIGKILL | 20 | 1 |" in bench.table({"killx20": summary})
+
+
+@pytest.mark.timeout(90)
+async def test_one_restart_trial_takes_the_tasks_over_at_epoch_plus_one(tmp_path: Path) -> None:
+    """``--modes restart`` (issue [identity]): SIGKILL + start on the same data dir."""
+    bench = _bench()
+    lines: list[str] = []
+    trial = await bench.run_restart_trial(tmp_path / "restart", N_TASKS, say=lines.append)
+    assert lines, "progress lines"
+    # The new process's Hello proved the old one stopped: no DEAD verdict was
+    # waited for, every task runs again on the same node at epoch 2.
+    assert trial["kill_to_hello_s"] is not None
+    assert trial["hello_to_running_s"] is not None
+    assert 0 <= trial["hello_to_running_s"] < bench.DEAD_AFTER_S
+    assert trial["tasks_lost"] == 0
+    assert trial["final_epochs"] == {"2": N_TASKS}
+    assert trial["resumed_below_replicated"] == 0
+    summary = bench.summarize_restart([trial])
+    assert summary["hello_to_running_s"]["p99"] == trial["hello_to_running_s"]
+    assert "Restart in place" in bench.restart_readme(
+        {"groups": {f"restartx{N_TASKS}": summary}, "trials": 1, "samples": {}, "code": {}}
+    )

@@ -59,7 +59,7 @@ from node_agent.sdk import Agent, ServiceContext
 from node_agent.settings import AgentSettings
 from node_agent.shared import DOCUMENT_BODIES, SharedDocuments
 
-__all__ = ["NodeAgent", "fork_key", "fork_records_key", "load_app"]
+__all__ = ["NodeAgent", "fork_key", "fork_records_key", "lineage_wire_report", "load_app"]
 
 
 def fork_key(task_id: str, prefix: str = "lazarus") -> str:
@@ -73,6 +73,35 @@ def fork_records_key(task_id: str, fork_id: str, prefix: str = "lazarus") -> str
 
 
 _log = logging.getLogger("lazarus.agent")
+
+
+def lineage_wire_report(full: agent_pb2.LineageReport) -> agent_pb2.LineageReport:
+    """The LineageReport sent on the Session: ``full`` without payloads.
+
+    The full report (checkpoint and journal payloads) goes to Redis under
+    ``fork_records_key`` and stays in the local store; the coordinator reads
+    only counts, seqs and ranges from the wire (``convert.lineage_report_to_event``).
+    Sending the payloads made a fork of a task with large checkpoints exceed
+    gRPC's 4 MiB message limit: the leader ended every new Session with
+    RESOURCE_EXHAUSTED and the agent, re-sending the unacknowledged report after
+    each Welcome, could never hold a Session (seen in chaos seed 20: 5.5 MB).
+    Without payloads the message is bounded by the 64 checkpoints and 4,096
+    events a report carries, a few hundred KiB at the intake limits.
+
+    Args:
+        full: the report as written to Redis.
+
+    Returns:
+        A copy with every checkpoint and journal event payload cleared.
+    """
+    wire = agent_pb2.LineageReport()
+    wire.CopyFrom(full)
+    for checkpoint in wire.checkpoints:
+        checkpoint.ClearField("payload")
+    for event in wire.journal_events:
+        event.ClearField("payload")
+    return wire
+
 
 MAX_RETRY_AFTER_S = 10.0
 """Longest pause a NotLeader's retry_after_ms can impose before the next dial."""
@@ -750,7 +779,8 @@ class NodeAgent:
                 }
             },
         )
-        self._lineage_reports[fork_id] = agent_pb2.AgentMessage(lineage_report=report)
+        wire = lineage_wire_report(report)
+        self._lineage_reports[fork_id] = agent_pb2.AgentMessage(lineage_report=wire)
         if self._outbound is not None and self.core.session_open:
             self._outbound.put_nowait(self._lineage_reports[fork_id])
 

@@ -21,7 +21,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from _report import RESULTS_DIR, machine, today, write_json, write_section
 
-from lazarus.fleetsim import SHAPES, FleetSimulation, SimulationFailure
+from lazarus.fleetsim import SHAPES
+from lazarus.fleetsim_sweep import default_workers, sweep
 
 
 def _commit() -> str:
@@ -36,22 +37,21 @@ def main() -> int:
     parser.add_argument("--seeds", type=int, default=2000)
     parser.add_argument("--start", type=int, default=0)
     parser.add_argument("--shape", choices=sorted(SHAPES), default="default")
+    parser.add_argument(
+        "--workers", type=int, default=default_workers(), help="processes (default: every CPU)"
+    )
     parser.add_argument("--no-record", action="store_true", help="do not write results")
     args = parser.parse_args()
     config = SHAPES[args.shape]
-    failures: list[str] = []
     started = time.perf_counter()
-    for seed in range(args.start, args.start + args.seeds):
-        try:
-            FleetSimulation(seed, config).run()
-        except SimulationFailure as exc:
-            failures.append(str(exc))
-            print(exc, flush=True)
+    failures = sweep(args.start, args.seeds, args.shape, workers=args.workers)
+    for failure in failures:
+        print(failure, flush=True)
     elapsed = time.perf_counter() - started
     rate = args.seeds / elapsed
     print(
         f"{args.seeds} seeds of shape {args.shape} in {elapsed:.1f} s: {rate:.1f} seeds/s, "
-        f"{len(failures)} failed"
+        f"{len(failures)} failed ({args.workers} worker processes)"
     )
     if not args.no_record:
         result = {
@@ -63,6 +63,7 @@ def main() -> int:
             "start": args.start,
             "elapsed_s": round(elapsed, 2),
             "seeds_per_s": round(rate, 1),
+            "workers": args.workers,
             "failures": failures,
         }
         write_json(RESULTS_DIR / f"fleetsim-{args.shape}.json", result)
@@ -74,14 +75,13 @@ The real `AgentCore` against the real `CoordinatorCore` (`lazarus/fleetsim.py`),
 seeds {args.start}..{args.start + args.seeds - 1}; measured {today()} at commit
 `{result["commit"]}` on {machine()["cpus"]} CPUs shared with other workers (noisy).
 
-| shape | seeds | elapsed | seeds/s | failed |
-| --- | --- | --- | --- | --- |
-| {args.shape} | {args.seeds} | {elapsed:.1f} s | {rate:.1f} | {len(failures)} |
+| shape | seeds | worker processes | elapsed | seeds/s | failed |
+| --- | --- | --- | --- | --- | --- |
+| {args.shape} | {args.seeds} | {args.workers} | {elapsed:.1f} s | {rate:.1f} | {len(failures)} |
 
-`make test` runs `CI_SEEDS` = 2,000 seeds of the default shape
-(tests/unit/test_fleetsim.py: 54 s to 80 s at the 37 to 25 seeds/s pytest
-measured with other workers loading the machine; 3,000 seeds once took 120 s)
-plus the 12 mutations (about 12 s): 5,000 seeds do not fit in 120 s under load. `make sim SEEDS=N
+`make test` runs `CI_SEEDS` = 5,000 seeds of the default shape over every CPU
+(`lazarus/fleetsim_sweep.py`; tests/unit/test_fleetsim.py) plus the 12
+mutations. `make sim SEEDS=N
 [SHAPE=default|large|starved]` runs more (`starved` stalls agents past the
 fence margin and is expected to fail: the late self-fence).""",
         )

@@ -1,9 +1,9 @@
 """The fleet simulator: the real AgentCore against the real CoordinatorCore, under faults.
 
 ``test_seeds_of_the_default_shape`` sweeps ``LAZARUS_FLEETSIM_SEEDS`` seeds
-(default ``CI_SEEDS``: 2,000 seeds, 54 to 80 s at the 25 to 37 seeds/s
-measured on the shared 2-core machine under load; ``make sim SEEDS=...`` runs
-more).
+(default ``CI_SEEDS``: 5,000 seeds spread over every core by
+``lazarus.fleetsim_sweep``; see the fleetsim section of ``bench/README.md`` for
+seeds/s; ``make sim SEEDS=...`` runs more).
 ``test_the_mutations_are_caught`` breaks one safety rule at a time, on the
 agent core and on the coordinator core, and asserts a seed fails with
 ``SimulationFailure`` naming it.
@@ -19,12 +19,13 @@ import pytest
 
 from lazarus import fleetsim
 from lazarus.fleetsim import SHAPES, FleetSimulation, SimulationFailure
+from lazarus.fleetsim_sweep import sweep
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fleetsim_mutations import MUTATION_SEEDS, MUTATIONS, Mutation, first_failure
 from test_core_purity import violations
 
-CI_SEEDS = 2000
+CI_SEEDS = 5000
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -72,11 +73,20 @@ def test_the_fault_set_is_exercised() -> None:
     assert starts > 60 * SHAPES["default"].tasks  # tasks moved and resumed
 
 
+@pytest.mark.timeout(300)  # about 60 s on two free cores; the default 120 s is per test
 def test_seeds_of_the_default_shape() -> None:
     count = int(os.environ.get("LAZARUS_FLEETSIM_SEEDS", CI_SEEDS))
     start = int(os.environ.get("LAZARUS_FLEETSIM_START", 0))
-    for seed in range(start, start + count):
-        FleetSimulation(seed).run()  # raises SimulationFailure with the seed and replay command
+    failures = sweep(start, count)
+    # Each message starts with seed=<n> and names its replay command.
+    assert failures == [], "\n\n".join(failures[:3])
+
+
+def test_a_sweep_reports_what_a_single_run_reports() -> None:
+    """The worker processes find the same failures, in seed order, as one process."""
+    in_process = sweep(0, 40, "starved", workers=1)
+    assert in_process, "some starved seed of 40 fails (see the starved-agent test)"
+    assert sweep(0, 40, "starved", workers=2) == in_process
 
 
 def test_a_starved_agent_fences_late_and_the_overlap_is_caught() -> None:

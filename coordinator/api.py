@@ -106,15 +106,16 @@ from coordinator.members import list_members
 from coordinator.recordarchive import RecordArchive
 from coordinator.redisconn import redis_client
 from coordinator.runtime import CoordinatorRuntime, NotLeading, grpc_status
-from lazarus.tls import ClientTls
-from lazarus.v1 import coordinator_pb2, coordinator_pb2_grpc, records_pb2
-from node_agent.checkpoint.errors import CorruptedRecord
-from node_agent.replication import (
+from lazarus.storage.errors import CorruptedRecord
+from lazarus.storage.keys import fork_key
+from lazarus.storage.replica import (
     Outcome,
     RedisCheckpointReplica,
     RemoteState,
     ReplicationItem,
 )
+from lazarus.tls import ClientTls
+from lazarus.v1 import coordinator_pb2, coordinator_pb2_grpc, records_pb2
 
 __all__ = [
     "DEFAULT_PAGE_SIZE",
@@ -725,7 +726,7 @@ class CoordinatorApi:
             self._replica()
             assert self._redis is not None
             async with asyncio.timeout(REDIS_TIMEOUT_S):
-                raw = await self._redis.hgetall(f"lazarus:{{{task_id}}}:forks")
+                raw = await self._redis.hgetall(fork_key(task_id))
         except Exception as exc:
             _log.warning("task %s: fork records unreadable: %s", task_id, exc)
             return []

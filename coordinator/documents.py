@@ -45,8 +45,7 @@ from coordinator.core.limits import document_problem
 from coordinator.core.notices import NodeJoined, NodeRecovered
 from coordinator.redisconn import redis_client
 from coordinator.runtime import Channel, CoordinatorRuntime, Observer
-from lazarus.v1 import agent_pb2, records_pb2
-from node_agent.shared import (
+from lazarus.storage.codecs import (
     CODEC,
     crdt_type,
     deltas_from_pb,
@@ -54,6 +53,8 @@ from node_agent.shared import (
     doc_states_from_pb,
     doc_states_to_pb,
 )
+from lazarus.storage.keys import document_key
+from lazarus.v1 import agent_pb2, records_pb2
 from reconcile.documents import decode_document
 from reconcile.hub import (
     AckReceived,
@@ -88,7 +89,6 @@ __all__ = [
     "DocumentObserver",
     "DocumentService",
     "TeeObserver",
-    "document_key",
     "encode_record",
 ]
 
@@ -109,11 +109,6 @@ _POLICY = {
     "lww": records_pb2.RESOLUTION_POLICY_LWW_HLC,
     "siblings": records_pb2.RESOLUTION_POLICY_KEEP_SIBLINGS,
 }
-
-
-def document_key(doc_id: str, prefix: str = "lazarus") -> str:
-    """Redis key of a document's canonical replica: ``lazarus:doc:{<doc_id>}``."""
-    return f"{prefix}:doc:{{{doc_id}}}"
 
 
 def encode_record(cmd: PersistDocument, now_ms: int) -> bytes:
@@ -485,7 +480,7 @@ class DocumentService:
         loaded = 0
         try:
             client = self._client()
-            pattern = f"{self.prefix}:doc:{{*}}"
+            pattern = document_key("*", self.prefix)
             async for key in client.scan_iter(match=pattern, count=500):
                 data = await client.get(key)
                 if data is None or generation != self._generation:

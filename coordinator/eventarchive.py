@@ -41,9 +41,10 @@ import redis.asyncio
 import redis.exceptions
 
 from coordinator.eventlog import COUNTER_BITS
+from lazarus.storage.keys import events_stream_key
 from lazarus.v1 import coordinator_pb2, records_pb2
 
-__all__ = ["DEFAULT_MAXLEN", "EventArchive", "archive_key", "entry_id"]
+__all__ = ["DEFAULT_MAXLEN", "EventArchive", "entry_id"]
 
 _log = logging.getLogger("lazarus.coordinator.eventarchive")
 
@@ -61,11 +62,6 @@ READ_PAGE = 64
 
 _FIELD = b"e"
 _MASK = (1 << COUNTER_BITS) - 1
-
-
-def archive_key(cluster: str) -> str:
-    """``lazarus:{<cluster>}:events`` (hash-tagged: one slot in Redis Cluster)."""
-    return f"lazarus:{{{cluster}}}:events"
 
 
 def entry_id(revision: int) -> str:
@@ -100,7 +96,7 @@ class EventArchive:
         if maxlen < 1 or max_backlog < 1:
             raise ValueError("maxlen and max_backlog must be >= 1")
         self._client = client
-        self.key = archive_key(cluster)
+        self.key = events_stream_key(cluster)
         self._maxlen = maxlen
         self._backlog: collections.deque[records_pb2.Event] = collections.deque()
         self._max_backlog = max_backlog

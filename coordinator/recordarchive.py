@@ -20,20 +20,12 @@ from collections.abc import Sequence
 
 import redis.asyncio
 
-__all__ = ["DEFAULT_TTL_S", "RecordArchive", "node_key", "task_key"]
+from lazarus.storage.keys import archived_node_key, archived_task_key
+
+__all__ = ["DEFAULT_TTL_S", "RecordArchive"]
 
 DEFAULT_TTL_S = 0
 """Archived records never expire unless a TTL is given."""
-
-
-def task_key(cluster: str, task_id: str) -> str:
-    """The archive key of a task record."""
-    return f"lazarus:{{{task_id}}}:record:{cluster}"
-
-
-def node_key(cluster: str, node_id: str) -> str:
-    """The archive key of a node record."""
-    return f"lazarus:archive:{cluster}:node:{node_id}"
 
 
 class RecordArchive:
@@ -61,9 +53,9 @@ class RecordArchive:
         pipe = self._client.pipeline(transaction=False)
         ttl = self._ttl_s or None
         for task_id, data in tasks:
-            pipe.set(task_key(self._cluster, task_id), data, ex=ttl)
+            pipe.set(archived_task_key(self._cluster, task_id), data, ex=ttl)
         for node_id, data in nodes:
-            pipe.set(node_key(self._cluster, node_id), data, ex=ttl)
+            pipe.set(archived_node_key(self._cluster, node_id), data, ex=ttl)
         await pipe.execute()
 
     async def task(self, task_id: str) -> bytes | None:
@@ -72,7 +64,7 @@ class RecordArchive:
         Raises:
             redis.exceptions.RedisError, OSError: Redis unreachable.
         """
-        value = await self._client.get(task_key(self._cluster, task_id))
+        value = await self._client.get(archived_task_key(self._cluster, task_id))
         return None if value is None else _as_bytes(value)
 
     async def node(self, node_id: str) -> bytes | None:
@@ -81,7 +73,7 @@ class RecordArchive:
         Raises:
             redis.exceptions.RedisError, OSError: Redis unreachable.
         """
-        value = await self._client.get(node_key(self._cluster, node_id))
+        value = await self._client.get(archived_node_key(self._cluster, node_id))
         return None if value is None else _as_bytes(value)
 
 

@@ -533,7 +533,8 @@ class _Drill:
     def _shared_problems(self, want: dict[str, Any]) -> list[str]:
         import redis
 
-        from coordinator.documents import decode_record, document_key
+        from coordinator.documents import decode_record
+        from lazarus.storage.keys import document_key
         from node_agent.shared import read_replicas
         from reconcile.documents import decode_document
 

@@ -38,6 +38,7 @@ from redis.backoff import NoBackoff
 from tenacity import wait_random_exponential
 
 from lazarus import __version__
+from lazarus.storage.keys import fork_key, fork_records_key
 from lazarus.v1 import agent_pb2, agent_pb2_grpc, records_pb2
 from node_agent.checkpoint import CheckpointStore
 from node_agent.core import (
@@ -59,17 +60,7 @@ from node_agent.sdk import Agent, ServiceContext
 from node_agent.settings import AgentSettings
 from node_agent.shared import DOCUMENT_BODIES, SharedDocuments
 
-__all__ = ["NodeAgent", "fork_key", "fork_records_key", "lineage_wire_report", "load_app"]
-
-
-def fork_key(task_id: str, prefix: str = "lazarus") -> str:
-    """Redis hash of a task's fork records (fork id -> ForkRecord bytes)."""
-    return f"{prefix}:{{{task_id}}}:forks"
-
-
-def fork_records_key(task_id: str, fork_id: str, prefix: str = "lazarus") -> str:
-    """Redis string holding a fork's divergent records (a LineageReport, serialized)."""
-    return f"{prefix}:{{{task_id}}}:fork:{fork_id}"
+__all__ = ["NodeAgent", "lineage_wire_report", "load_app"]
 
 
 _log = logging.getLogger("lazarus.agent")

@@ -8,9 +8,10 @@ import uuid
 import pytest
 import redis.asyncio
 
-from coordinator.eventarchive import EventArchive, archive_key
+from coordinator.eventarchive import EventArchive
 from coordinator.eventlog import EventFilter, EventLog, make_revision
 from lazarus.localservers import RedisServer
+from lazarus.storage.keys import events_stream_key
 from lazarus.v1 import records_pb2
 
 pytestmark = pytest.mark.integration
@@ -121,7 +122,7 @@ async def test_a_redis_outage_keeps_the_backlog_and_a_corrupt_entry_is_skipped(
         assert archive.backlog == 5  # kept, not lost
         server.resume()
         await drained(archive)
-        await client.xadd(archive_key(cluster), {b"e": b"\xff not a batch"}, id="3-50")
+        await client.xadd(events_stream_key(cluster), {b"e": b"\xff not a batch"}, id="3-50")
         log.begin_term(4)
         log.append(submitted("after"))
         await drained(archive)

@@ -41,8 +41,9 @@ from typing import Any
 import pytest
 import redis
 
-from coordinator.documents import decode_record, document_key
+from coordinator.documents import decode_record
 from lazarus.devcluster import LocalCluster
+from lazarus.storage.keys import document_key
 from node_agent.shared import read_replicas
 from reconcile.documents import Document, decode_document
 

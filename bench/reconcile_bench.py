@@ -2,19 +2,21 @@
 
 Pure and in-process (``reconcile`` does no IO): no servers, no network.
 
-1. **Partition heal.** Two replicas ``a`` and ``b`` of one document are cut off
-   from each other and each writes: ``a`` keys ``[0, 0.6 N)``, ``b`` keys
-   ``[0.4 N, N)``, so ``N`` keys differ between them, ``0.2 N`` of them written
-   on both sides (LWW conflicts, decided by HLC). The HLCs run on a synthetic
-   physical clock (1 ms per write, ``b`` 3 ms skewed). Timed: anti-entropy
-   rounds until :func:`reconcile.converged` — gather state vectors,
-   :func:`reconcile.plan_anti_entropy`, then per transfer ``delta_since`` on the
-   source, ``Delta.encode`` -> bytes -> ``Delta.decode`` (what the wire would
-   do), ``merge_delta`` on the target. One round suffices; the loop checks.
-   Done for ``lww-map`` (one ``crdts.LWWRegister`` per key) and ``or-set``
-   (``a`` adds its keys, ``b`` adds its keys and removes a tenth of the shared
-   ones it saw before the partition). The writes themselves are not timed.
-   Values are checked equal afterwards.
+1. **Partition heal, through the hub.** Two replicas ``a`` and ``b`` of one
+   document are cut off from each other and each writes: ``a`` keys
+   ``[0, 0.6 N)``, ``b`` keys ``[0.4 N, N)``, so ``N`` keys differ between
+   them, ``0.2 N`` of them written on both sides (LWW conflicts, decided by
+   HLC). The HLCs run on a synthetic physical clock (1 ms per write, ``b``
+   3 ms skewed). ``a`` stayed attached to the leader, so the canonical replica
+   equals it; ``b`` returns. Timed: what production runs on a heal, the
+   leader's :class:`reconcile.hub.DocumentHub` and both agents'
+   :class:`reconcile.endpoint.ReplicaEndpoint` exchanging DocumentInterest,
+   DeltaRequest, DeltaBatch and DeltaAck through the protobuf wire codec of
+   ``lazarus/storage/codecs.py``, until no message is in flight. Done for
+   ``lww-map`` (one ``crdts.LWWRegister`` per key) and ``or-set`` (``a`` adds
+   its keys, ``b`` adds its keys and removes a tenth of the shared ones it saw
+   before the partition). The writes themselves are not timed. The canonical
+   replica and both sides are checked equal afterwards.
 2. **Merge throughput.** For every document type, one replica performs ``M``
    local operations; a fresh replica merges the ``M`` operation deltas one by
    one. Reported: merged operations per second.
@@ -40,12 +42,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from lazarus.storage.codecs import deltas_from_pb, deltas_to_pb
+from lazarus.v1 import agent_pb2
 from reconcile import (
     Add,
     Append,
     Decrement,
     Delete,
-    Delta,
     Document,
     HybridLogicalClock,
     Increment,
@@ -54,13 +57,23 @@ from reconcile import (
     ORSet,
     Put,
     Remove,
-    converged,
     new_document,
-    plan_anti_entropy,
-    state_vectors,
+)
+from reconcile.endpoint import ReplicaEndpoint
+from reconcile.hub import (
+    AckReceived,
+    DeltasReceived,
+    DocDelta,
+    DocumentHub,
+    DocumentLoaded,
+    InterestReceived,
+    SendAck,
+    SendDeltaRequest,
+    SendDeltas,
 )
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from _report import RESULTS_DIR, machine, today, write_json, write_section
 
 # ---- 1. partition heal ---------------------------------------------------------------
@@ -100,46 +113,94 @@ def _orset_sides(n: int) -> dict[str, dict[str, Document]]:
     return {"a": {"doc": a}, "b": {"doc": b}}
 
 
+def _wire(deltas: tuple[DocDelta, ...], origin: str) -> tuple[tuple[DocDelta, ...], int]:
+    """A DeltaBatch through protobuf bytes, as the Session carries it."""
+    batch = agent_pb2.DeltaBatch()
+    deltas_to_pb(deltas, origin, batch.deltas)
+    blob = batch.SerializeToString()
+    return deltas_from_pb(agent_pb2.DeltaBatch.FromString(blob).deltas), len(blob)
+
+
 def heal(replicas: dict[str, dict[str, Document]]) -> dict[str, float]:
-    """Anti-entropy rounds until converged; returns timings (s) and counters."""
-    plan_s = delta_s = codec_s = merge_s = 0.0
-    rounds = transfers = wire_bytes = 0
+    """Heal through the hub the leader runs; returns timings (s) and counters.
+
+    Side ``a`` stayed attached (the canonical replica equals it); side ``b``
+    returns: both send their DocumentInterest, and every command of
+    :class:`reconcile.hub.DocumentHub` is carried to the agents'
+    :class:`reconcile.endpoint.ReplicaEndpoint` (and their answers back) through
+    the shared-document wire codec, until no message is left in flight.
+    """
+    hub = DocumentHub()
+    endpoints = {}
+    for node, docs in replicas.items():
+        endpoint = ReplicaEndpoint(node)
+        for doc_id, doc in docs.items():
+            endpoint.adopt(doc_id, doc)
+        endpoints[node] = endpoint
+    for doc_id, doc in replicas["a"].items():
+        canonical = new_document(doc.kind, "coordinator")
+        canonical.merge_delta(doc.delta_since(canonical.state_vector()))
+        hub.step(DocumentLoaded(doc_id, canonical))
+    hub_s = endpoint_s = codec_s = 0.0
+    messages = wire_bytes = 0
     start = time.perf_counter()
-    while True:
+    inbox: list[Any] = [InterestReceived(node, endpoints[node].interest()) for node in ("a", "b")]
+    while inbox:
+        event = inbox.pop(0)
         t0 = time.perf_counter()
-        views = state_vectors(replicas)
-        if converged(views):
-            plan_s += time.perf_counter() - t0
-            break
-        plan = plan_anti_entropy(views)
-        t1 = time.perf_counter()
-        plan_s += t1 - t0
-        rounds += 1
-        for transfer in plan.transfers:
-            t2 = time.perf_counter()
-            delta = replicas[transfer.source][transfer.doc_id].delta_since(transfer.since)
-            t3 = time.perf_counter()
-            blob = delta.encode()
-            received = Delta.decode(blob)
-            t4 = time.perf_counter()
-            replicas[transfer.target][transfer.doc_id].merge_delta(received)
-            t5 = time.perf_counter()
-            delta_s += t3 - t2
-            codec_s += t4 - t3
-            merge_s += t5 - t4
-            transfers += 1
-            wire_bytes += len(blob)
-        if rounds > 5:
-            raise RuntimeError("anti-entropy did not converge in 5 rounds")
+        commands = hub.step(event)
+        hub_s += time.perf_counter() - t0
+        for cmd in commands:
+            messages += 1
+            endpoint = endpoints.get(getattr(cmd, "node_id", ""))
+            if endpoint is None:
+                continue
+            if isinstance(cmd, SendDeltas):
+                t1 = time.perf_counter()
+                deltas, size = _wire(cmd.deltas, "coordinator")
+                t2 = time.perf_counter()
+                _, acked = endpoint.merge(deltas)
+                t3 = time.perf_counter()
+                codec_s, endpoint_s, wire_bytes = (
+                    codec_s + t2 - t1,
+                    endpoint_s + t3 - t2,
+                    wire_bytes + size,
+                )
+                inbox.append(AckReceived(cmd.node_id, cmd.batch_id, acked))
+            elif isinstance(cmd, SendDeltaRequest):
+                t1 = time.perf_counter()
+                batch = endpoint.answer_request(cmd.session_id, cmd.have)
+                t2 = time.perf_counter()
+                deltas, size = _wire(batch.deltas, cmd.node_id)
+                t3 = time.perf_counter()
+                endpoint_s, codec_s, wire_bytes = (
+                    endpoint_s + t2 - t1,
+                    codec_s + t3 - t2,
+                    wire_bytes + size,
+                )
+                inbox.append(DeltasReceived(cmd.node_id, batch.batch_id, deltas, batch.session_id))
+            elif isinstance(cmd, SendAck):
+                again = endpoint.on_ack(cmd.batch_id, cmd.merged)
+                if again is not None:
+                    deltas, size = _wire(again.deltas, cmd.node_id)
+                    wire_bytes += size
+                    inbox.append(DeltasReceived(cmd.node_id, again.batch_id, deltas))
+        if messages > 10_000:
+            raise RuntimeError("the hub did not go quiet after 10,000 messages")
     total_s = time.perf_counter() - start
+    for doc_id, doc in replicas["b"].items():
+        canonical = hub.document(doc_id)
+        assert canonical is not None
+        if canonical.value() != doc.value() or endpoints["a"].docs[doc_id].value() != doc.value():
+            raise RuntimeError(
+                f"{doc_id}: the canonical replica and the sides differ after the heal"
+            )
     return {
         "total_s": total_s,
-        "plan_s": plan_s,
-        "delta_since_s": delta_s,
-        "encode_decode_s": codec_s,
-        "merge_s": merge_s,
-        "rounds": rounds,
-        "transfers": transfers,
+        "hub_step_s": hub_s,
+        "endpoint_s": endpoint_s,
+        "wire_codec_s": codec_s,
+        "messages": messages,
         "wire_bytes": wire_bytes,
     }
 
@@ -165,8 +226,8 @@ def bench_heal(kind: str, n: int, rounds: int) -> dict[str, Any]:
     med = {key: statistics.median(r[key] for r in runs) for key in runs[0]}
     print(
         f"heal {kind:8s} n={n:>7,}: {med['total_s']:.3f} s "
-        f"(delta {med['delta_since_s']:.3f}, codec {med['encode_decode_s']:.3f}, "
-        f"merge {med['merge_s']:.3f}), {med['wire_bytes'] / 1e6:.1f} MB",
+        f"(hub {med['hub_step_s']:.3f}, agents {med['endpoint_s']:.3f}, "
+        f"wire codec {med['wire_codec_s']:.3f}), {med['wire_bytes'] / 1e6:.1f} MB",
         flush=True,
     )
     return {
@@ -276,8 +337,10 @@ def markdown(result: dict[str, Any]) -> str:
         "",
         "Pure, in-process. **Partition heal**: replicas `a` and `b` each write during a partition",
         "so that N keys differ (`a` keys [0, 0.6N), `b` keys [0.4N, N): 0.2N written on both",
-        "sides); timed: anti-entropy rounds (state vectors, `plan_anti_entropy`, `delta_since`,",
-        "`Delta.encode`/`decode`, `merge_delta`) until `converged`. One round always sufficed.",
+        "sides). `a` stayed attached (the canonical replica equals it), `b` returns; timed: the",
+        "path production runs, the leader's `DocumentHub` and both agents' `ReplicaEndpoint`s",
+        "exchanging DocumentInterest, DeltaRequest, DeltaBatch and DeltaAck through the",
+        "protobuf wire codec (`lazarus/storage/codecs.py`) until no message is in flight.",
         "**Merge throughput**: a fresh replica merges M operation deltas one at a time.",
         "",
         f"Measured {result['date']} on {m['cpus']} cores, Python {m['python']}; "
@@ -285,16 +348,16 @@ def markdown(result: dict[str, Any]) -> str:
         "`.venv/bin/python bench/reconcile_bench.py`; raw figures in "
         "`bench/results/reconcile.json`.",
         "",
-        "| document | divergent keys | converge s (median) | delta_since s | encode+decode s "
-        "| merge s | rounds | bytes shipped |",
+        "| document | divergent keys | converge s (median) | hub s | agents s | wire codec s "
+        "| messages | bytes shipped |",
         "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for row in result["heal"]:
         med = row["median"]
         lines.append(
             f"| {row['kind']} | {row['divergent_keys']:,} | **{med['total_s']:.3f}** "
-            f"| {med['delta_since_s']:.3f} | {med['encode_decode_s']:.3f} | {med['merge_s']:.3f} "
-            f"| {int(med['rounds'])} | {med['wire_bytes'] / 1e6:.1f} MB |"
+            f"| {med['hub_step_s']:.3f} | {med['endpoint_s']:.3f} | {med['wire_codec_s']:.3f} "
+            f"| {int(med['messages'])} | {med['wire_bytes'] / 1e6:.1f} MB |"
         )
     lines += [
         "",
@@ -325,24 +388,6 @@ def markdown(result: dict[str, Any]) -> str:
     ]
     for row in result["crdts_baselines"]:
         lines.append(f"| {row['what']} | {row['ops']:,} | {row['ops_per_s']:,.0f} |")
-    lww = [r for r in result["heal"] if r["kind"] == "lww-map"]
-    orset = [r for r in result["heal"] if r["kind"] == "or-set"]
-    if lww and orset:
-        big_l, big_o = lww[-1], orset[-1]
-        # Each side merges the other's 0.6 N entries.
-        per_entry_us = big_l["median"]["merge_s"] / (1.2 * big_l["divergent_keys"]) * 1e6
-        lines += [
-            "",
-            "Reading it: converging is linear in the divergent keys and one anti-entropy",
-            f"round suffices. For `lww-map` the merge costs {per_entry_us:.0f} µs per entry at",
-            f"{big_l['divergent_keys']:,} keys, nearly all of it inside `crdts.LWWRegister`:",
-            "its constructor and `update` check every argument against runtime-checkable",
-            "`typing.Protocol`s, which are slow on Python 3.11. Our own part (state vectors,",
-            "plan, `delta_since`, JSON encode/decode) is the other columns. `or-set`, all our",
-            f"own code, heals {big_o['divergent_keys']:,} keys in "
-            f"{big_o['median']['total_s']:.2f} s. Counters pay the same protocol checks in",
-            "`crdts.CounterSet.update`.",
-        ]
     return "\n".join(lines)
 
 

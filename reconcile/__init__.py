@@ -11,6 +11,29 @@ Pure (DESIGN §2): no IO, no clock reads, no global randomness. Modules:
 * :mod:`reconcile.documents` — delta-state CRDT documents behind
   :class:`Document` (Almeida et al. 2018), partly on the ``crdts`` package.
 * :mod:`reconcile.antientropy` — :func:`plan_anti_entropy`, :func:`converged`.
+* :mod:`reconcile.hub` — :class:`~reconcile.hub.DocumentHub`, the leader's
+  canonical replicas and reconcile sessions.
+* :mod:`reconcile.endpoint` — :class:`~reconcile.endpoint.ReplicaEndpoint`, an
+  agent's replicas and its side of the delta protocol.
+
+What production runs: ``hub`` (the coordinator's ``coordinator/documents.py``),
+``endpoint`` (the agent's ``node_agent/shared.py``), and under them
+``documents``, ``vclock``, ``hlc`` and ``_codec``. Library-only, used by
+tests and by no server:
+
+* ``versioned`` (Dynamo-style siblings for a plain key-value store): the
+  product's multi-value map is the ``mv-map`` document, whose dotted version
+  vectors come from the same design; ``VersionedStore`` stays as the tested
+  reference of that rule for an embedder that wants versioned values without
+  CRDT documents.
+* ``antientropy`` (a full pairwise plan over every replica's state vectors):
+  the hub does the same exchange incrementally per node and per reconcile
+  session, because the leader never sees all replicas at once. The plan stays
+  as a tested reference of the exchange for offline tools (for example a
+  repair script that holds several replicas' files).
+
+``bench/reconcile_bench.py`` measures the production path (hub + endpoints +
+wire codec), not these two.
 """
 
 from .antientropy import (

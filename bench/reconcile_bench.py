@@ -36,6 +36,7 @@ from __future__ import annotations
 import argparse
 import gc
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -343,7 +344,8 @@ def markdown(result: dict[str, Any]) -> str:
         "protobuf wire codec (`lazarus/storage/codecs.py`) until no message is in flight.",
         "**Merge throughput**: a fresh replica merges M operation deltas one at a time.",
         "",
-        f"Measured {result['date']} on {m['cpus']} cores, Python {m['python']}; "
+        f"Measured {result['date']} at commit `{result.get('commit', 'unknown')}` "
+        f"on {m['cpus']} cores, Python {m['python']}; "
         f"median of {result['rounds']} runs.",
         "`.venv/bin/python bench/reconcile_bench.py`; raw figures in "
         "`bench/results/reconcile.json`.",
@@ -404,8 +406,12 @@ def main() -> None:
     kinds = ["g-counter", "pn-counter", "or-set", "lww-map", "mv-map", "rga-log"]
     merge_rows = [bench_merge(kind, args.merge_ops, args.rounds) for kind in kinds]
     baselines = bench_crdts_baselines(args.rounds)
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
+    ).stdout.strip()
     result = {
         "date": today(),
+        "commit": commit or "unknown",
         "rounds": args.rounds,
         "heal": heal_rows,
         "merge": merge_rows,

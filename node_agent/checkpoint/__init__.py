@@ -13,8 +13,7 @@ Quick use::
 In asyncio code use ``store.aio`` (same methods, awaitable, never blocking).
 """
 
-from node_agent.checkpoint.codec import JsonCodec
-from node_agent.checkpoint.errors import (
+from lazarus.storage.errors import (
     CheckpointStoreError,
     CorruptedCheckpoint,
     CorruptedJournalEvent,
@@ -28,6 +27,7 @@ from node_agent.checkpoint.errors import (
     TaskExists,
     UnknownCheckpoint,
 )
+from node_agent.checkpoint.codec import JsonCodec
 from node_agent.checkpoint.model import (
     AdoptedCheckpoint,
     AdoptedEvent,

@@ -17,7 +17,7 @@ from typing import Any
 import google_crc32c
 import zstandard
 
-from node_agent.checkpoint.errors import InvalidArgument
+from lazarus.storage.errors import InvalidArgument
 
 ENCODING_RAW = 0
 ENCODING_ZSTD = 1

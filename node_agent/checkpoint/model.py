@@ -14,7 +14,7 @@ import enum
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from node_agent.checkpoint.errors import InvalidArgument
+from lazarus.storage.errors import InvalidArgument
 
 MAX_TASK_ID_BYTES = 256
 MAX_LABEL_CHARS = 1024

@@ -58,13 +58,7 @@ from typing import Any, TypeVar
 
 from prometheus_client import Counter
 
-from node_agent.checkpoint.codec import (
-    JsonCodec,
-    decode_payload,
-    encode_payload,
-    record_checksum,
-)
-from node_agent.checkpoint.errors import (
+from lazarus.storage.errors import (
     CheckpointStoreError,
     CorruptedCheckpoint,
     CorruptedJournalEvent,
@@ -77,6 +71,12 @@ from node_agent.checkpoint.errors import (
     StoreLocked,
     TaskExists,
     UnknownCheckpoint,
+)
+from node_agent.checkpoint.codec import (
+    JsonCodec,
+    decode_payload,
+    encode_payload,
+    record_checksum,
 )
 from node_agent.checkpoint.model import (
     DEFAULT_MAX_PAYLOAD_BYTES,

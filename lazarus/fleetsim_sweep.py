@@ -10,6 +10,7 @@ reads exactly as one found in-process.
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 from concurrent.futures import ProcessPoolExecutor
 
@@ -57,6 +58,9 @@ def sweep(start: int, count: int, shape: str = "default", workers: int | None = 
     # Small blocks keep both workers busy to the end (seeds differ in cost).
     size = max(1, min(250, count // (n * 4)))
     bounds = [(s, min(s + size, start + count)) for s in range(start, start + count, size)]
-    with ProcessPoolExecutor(max_workers=n) as pool:
+    # spawn, not fork: the caller (pytest, a CLI) may run gRPC or asyncio
+    # threads, whose locks a forked child would inherit held.
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=n, mp_context=context) as pool:
         results = pool.map(_block, *zip(*bounds, strict=True), [shape] * len(bounds))
         return [msg for block in results for msg in block]

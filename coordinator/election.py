@@ -3,7 +3,7 @@
 Theory of operation
 -------------------
 A campaigner holds a *session*: an etcd lease of ``ttl_s`` seconds that a
-background task keeps alive (one keepalive every ``ttl_s / 3``). To campaign it
+background task keeps alive (one keepalive every ``ttl_s / 6``). To campaign it
 puts the key ``<prefix>/<lease id in lowercase hex>`` (Go's ``%x``), holding its
 value (the advertised address), under that lease — in one transaction that
 puts only while the key does not exist (``create_revision == 0``) and otherwise
@@ -80,6 +80,7 @@ from coordinator.core.admission import LagGuard, LagVerdict
 __all__ = [
     "DEFAULT_TTL_S",
     "KEEPALIVES_PER_TTL",
+    "KEEPALIVE_ATTEMPT_TIMEOUT_S",
     "LAG_SAMPLE_INTERVAL_S",
     "RETRY_INTERVAL_S",
     "Election",
@@ -97,8 +98,17 @@ __all__ = [
 DEFAULT_TTL_S = 3
 """Lease TTL of a campaigner (DESIGN.md §10: election lease 3 s)."""
 
-KEEPALIVES_PER_TTL = 3
-"""Keepalives sent per TTL, as Go's client does (every ``ttl_s / 3``)."""
+KEEPALIVES_PER_TTL = 6
+"""Keepalives sent per TTL (every ``ttl_s / 6``; Go's client sends every ``ttl_s / 3``).
+
+When the etcd member that is raft leader dies, no lease request is answered
+until the others elect a new one (about 1-2 s with the 1 s election timeout).
+At ``ttl_s / 3`` a leader could enter that gap with only 2 s of its 3 s lease
+left and lose it (seen in the etcd-member-loss drill: a failover of 5.2 s for
+the loss of one member of three); at ``ttl_s / 6`` at least 2.5 s remain."""
+
+KEEPALIVE_ATTEMPT_TIMEOUT_S = 0.75
+"""Longest one keepalive request waits before it is abandoned and sent again."""
 
 RETRY_INTERVAL_S = 0.2
 """Pause before retrying a failed keepalive, read or watch."""
@@ -383,7 +393,7 @@ class _Session:
                 self._lose(LossReason.LEASE_DEADLINE_PASSED)
                 return
             try:
-                async with asyncio.timeout(min(interval_s, remaining_s)):
+                async with asyncio.timeout(min(KEEPALIVE_ATTEMPT_TIMEOUT_S, remaining_s)):
                     reply = await self.client.refresh_lease(self.lease_id)
             except Exception as exc:
                 failures += 1
@@ -393,7 +403,7 @@ class _Session:
                         "in %.2f s",
                         self.lease_id,
                         exc,
-                        remaining_s,
+                        self._deadline_s - time.monotonic(),
                     )
                 pause_s = min(RETRY_INTERVAL_S, self._deadline_s - time.monotonic())
                 await asyncio.sleep(max(0.0, pause_s))
@@ -533,7 +543,7 @@ class _KeepaliveThreadRun:
                 self._report(LossReason.LEASE_DEADLINE_PASSED)
                 return
             try:
-                async with asyncio.timeout(min(interval_s, remaining_s)):
+                async with asyncio.timeout(min(KEEPALIVE_ATTEMPT_TIMEOUT_S, remaining_s)):
                     reply = await client.refresh_lease(session.lease_id)
             except Exception as exc:
                 failures += 1
@@ -543,7 +553,7 @@ class _KeepaliveThreadRun:
                         "in %.2f s",
                         session.lease_id,
                         exc,
-                        remaining_s,
+                        session._deadline_s - time.monotonic(),
                     )
                 pause_s = min(RETRY_INTERVAL_S, session._deadline_s - time.monotonic())
                 await asyncio.sleep(max(0.0, pause_s))

@@ -392,7 +392,15 @@ async def test_cancel_drain_uncordon_and_migrate_through_a_follower(
     assert uncordoned.node.state == E.NODE_STATE_ALIVE
     assert (await stub.UncordonNode(coordinator_pb2.UncordonNodeRequest(node_id="n-a"))).node
 
-    # Migrate t-1 from b back to a, checking the refusals first.
+    # Migrate t-1 from b back to a, checking the refusals first. The follower
+    # answers reads from its watch-fed cache, which trails the leader's writes
+    # (read_revision says how far): wait until it shows the move.
+    async def _moved_to_b() -> bool:
+        with contextlib.suppress(grpc.aio.AioRpcError):
+            return (await _task(stub, "t-1")).owner_node_id == "n-b"
+        return False
+
+    await _until(_moved_to_b)
     t1 = await _task(stub, "t-1")
     assert t1.owner_node_id == "n-b"
     refusals: list[tuple[dict[str, Any], grpc.StatusCode, str]] = [

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import stat
 import uuid
 from collections.abc import AsyncIterator
@@ -58,7 +59,10 @@ async def _controller(cluster: LocalCluster, pids: Path) -> None:
                 await asyncio.sleep(RESTART_AFTER_S)
                 child.start()
         text = json.dumps({c.name: c.pid for c in children if c.pid})
-        await asyncio.to_thread(pids.write_text, text)
+        # Atomically (write, then rename): the fake kubectl may read it at any moment.
+        scratch = pids.with_suffix(".tmp")
+        await asyncio.to_thread(scratch.write_text, text)
+        await asyncio.to_thread(os.replace, scratch, pids)
         await asyncio.sleep(0.2)
 
 

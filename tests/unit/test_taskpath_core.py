@@ -312,11 +312,13 @@ def test_fencing_token_names_task_epoch_and_incarnation() -> None:
 
 
 def _pid_alive(pid: int) -> bool:
+    """True while ``pid`` runs: a killed child not yet reaped (state Z) runs nothing."""
     try:
         os.kill(pid, 0)
-    except ProcessLookupError:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (ProcessLookupError, FileNotFoundError):
         return False
-    return True
+    return state not in ("Z", "X")
 
 
 async def _checkpointed_pid(store: CheckpointStore, task_id: str) -> int:

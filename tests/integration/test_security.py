@@ -19,6 +19,7 @@ a different identity and checks what the coordinator lets it do:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import socket
@@ -154,8 +155,12 @@ async def _session_first_reply(tls: ClientTls, address: str, node_id: str) -> gr
         hello = agent_pb2.AgentMessage(
             hello=agent_pb2.Hello(node_id=node_id, protocol_version=1, incarnation="x" * 8)
         )
-        try:
+        # The coordinator may refuse before our Hello is written; grpc-python then
+        # fails the write with INTERNAL (grpc #36066) while the call's own status
+        # is the refusal: read on, as the agent does.
+        with contextlib.suppress(grpc.aio.AioRpcError, asyncio.InvalidStateError):
             await call.write(hello)
+        try:
             reply = await call.read()
             call.cancel()
             return grpc.StatusCode.OK if reply is not grpc.aio.EOF else await call.code()

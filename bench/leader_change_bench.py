@@ -736,6 +736,13 @@ def table(trials: dict[str, list[dict[str, Any]]]) -> str:
 def readme(result: dict[str, Any], command: str) -> str:
     cfg = result["config"]
     control = result.get("control")
+    tree = (
+        f" plus {len(result['uncommitted_package_changes'])} uncommitted package files"
+        if result.get("uncommitted_package_changes")
+        else ""
+    )
+    if result.get("package_root", "") != str(SELF.parents[1]):
+        tree = " (packages imported from a clean `git archive` export of it)"
     checked = ""
     if control:
         checked = (
@@ -761,7 +768,7 @@ DEAD (polled every {POLL_S:g} s and at the end), nodes named by NODE_DEAD events
 (`WatchEvents`). "Reconnected" = the agent's first Welcome from the new term (client
 side, every agent). The killed replica is restarted and the fleet settles between trials.
 
-Measured {result["date"]} at commit {result["commit"]} on {result["machine_cpus"]} cores
+Measured {result["date"]} at commit {result["commit"]}{tree} on {result["machine_cpus"]} cores
 shared with other work (load average in the table); `{command}`; every figure in
 `bench/results/leader_change.json`.
 
@@ -771,6 +778,37 @@ With SIGKILL every agent self-fences once (no HeartbeatAck within `fence_after` 
 while the dead leader's 3 s lease runs out), by design: it pauses its tasks, it is
 not a DEAD verdict, and it reconnects to the new leader.{checked}
 """
+
+
+def _package_tree() -> dict[str, Any]:
+    """Where the measured packages were imported from, and their uncommitted changes.
+
+    A clean export of a commit (``git archive`` on ``PYTHONPATH``) measures that
+    commit alone when the checkout holds others' unfinished work.
+    """
+    import node_agent
+
+    root = Path(node_agent.__file__).resolve().parents[1]
+    changed: list[str] = []
+    if root == SELF.parents[1]:
+        changed = subprocess.run(
+            [
+                "git",
+                "status",
+                "--porcelain",
+                "--",
+                "lazarus",
+                "coordinator",
+                "node_agent",
+                "reconcile",
+                "proto",
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+            cwd=root,
+        ).stdout.splitlines()
+    return {"package_root": str(root), "uncommitted_package_changes": changed}
 
 
 def _sigterm_as_interrupt(signum: int, frame: types.FrameType | None) -> None:
@@ -818,6 +856,7 @@ def main(argv: list[str] | None = None) -> int:
         check=False,
         cwd=SELF.parent,
     ).stdout.strip()
+    tree = _package_tree()
     started = time.time()
     load_before = os.getloadavg()
     run_dir = Path(tempfile.mkdtemp(prefix="lazarus-lcbench-"))
@@ -835,6 +874,7 @@ def main(argv: list[str] | None = None) -> int:
         "date": today(),
         "commit": commit,
         "command": command,
+        **tree,
         "started_at_unix_s": round(started),
         "elapsed_s": round(time.time() - started, 1),
         "machine_cpus": os.cpu_count(),

@@ -369,6 +369,7 @@ class EventLog:
         """Counts of the events that arrived after ``t0`` (monotonic)."""
         dead: set[str] = set()
         suspected: set[str] = set()
+        reasons: dict[str, int] = {}
         elected = []
         for at, e in self.events:
             if at < t0:
@@ -378,11 +379,15 @@ class EventLog:
                 dead.add(e.node_dead.node_id)
             elif body == "node_suspected":
                 suspected.add(e.node_suspected.node_id)
+                reason = records_pb2.SuspicionReason.Name(e.node_suspected.reason)
+                key = f"term {e.term}: {reason}"
+                reasons[key] = reasons.get(key, 0) + 1
             elif body == "leader_elected":
                 elected.append(e.leader_elected.leader_id)
         return {
             "node_dead_nodes": sorted(dead),
-            "node_suspected_count": len(suspected),
+            "node_suspected_nodes": sorted(suspected),
+            "node_suspected_by_term_and_reason": reasons,
             "leader_elected": elected,
             "watch_reconnects": self.reconnects,
             "watch_gaps": self.gaps,
@@ -547,7 +552,7 @@ async def trial(
         "leader_changes_metric": [delta(i, "changes") for i in range(len(cluster.coordinators))],
         "nodes_seen_dead": dead_union,
         "nodes_seen_dead_at_s": seen_dead,
-        "nodes_seen_suspect": len(seen_suspect),
+        "nodes_seen_suspect": len(seen_suspect | set(ev["node_suspected_nodes"])),
         "final_not_alive": final_not_alive,
         "events": ev,
         "self_fenced_nodes": len(report["fenced"]),
@@ -765,8 +770,9 @@ any DEAD verdict is false. Watched for at least {cfg["window_s"]:g} s after the 
 {AFTER_RECONNECT_S:g} s after the last agent reconnected. False DEAD = the most of: the
 new leader's `lazarus_failure_detection_seconds_count` delta, nodes `ListNodes` showed
 DEAD (polled every {POLL_S:g} s and at the end), nodes named by NODE_DEAD events
-(`WatchEvents`). "Reconnected" = the agent's first Welcome from the new term (client
-side, every agent). The killed replica is restarted and the fleet settles between trials.
+(`WatchEvents`). Nodes seen SUSPECT: by `ListNodes` or NODE_SUSPECTED events (a
+suspicion moves no task). "Reconnected" = the agent's first Welcome from the new term
+(client side, every agent). The killed replica is restarted and the fleet settles between trials.
 
 Measured {result["date"]} at commit {result["commit"]}{tree} on {result["machine_cpus"]} cores
 shared with other work (load average in the table); `{command}`; every figure in

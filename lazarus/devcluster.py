@@ -299,6 +299,8 @@ class LocalCluster(ClusterApi):
             restart keeps what it acknowledged (as a production Redis must).
         tls: mutual TLS and authorization on (default; certificates in
             ``<run_dir>/tls``); False: every coordinator runs ``--auth none``.
+        etcd_args: extra arguments for every etcd member (for example
+            ``--auto-compaction-mode=revision``, as the chart sets it).
     """
 
     def __init__(
@@ -316,6 +318,7 @@ class LocalCluster(ClusterApi):
         redis_bind: Sequence[str] = (),
         durable_redis: bool = True,
         tls: bool = True,
+        etcd_args: Sequence[str] = (),
     ) -> None:
         if coordinators < 1:
             raise ValueError(f"coordinators: must be >= 1, got {coordinators}")
@@ -329,6 +332,7 @@ class LocalCluster(ClusterApi):
         self.n_coordinators = coordinators
         self.n_agents = agents
         self.etcd_members = etcd_members
+        self.etcd_args = list(etcd_args)
         self.agent_args = list(agent_args)
         self.coordinator_args = list(coordinator_args)
         self.env = {"PYTHONUNBUFFERED": "1", **(env or {})}
@@ -391,9 +395,9 @@ class LocalCluster(ClusterApi):
         """Start etcd and Redis (idempotent)."""
         if self.etcd is None:
             if self.etcd_members == 3:
-                self.etcd = EtcdCluster(3, base_dir=self.run_dir)
+                self.etcd = EtcdCluster(3, base_dir=self.run_dir, extra_args=self.etcd_args)
             else:
-                self.etcd = EtcdServer(data_dir=self.run_dir / "etcd")
+                self.etcd = EtcdServer(data_dir=self.run_dir / "etcd", extra_args=self.etcd_args)
             self.etcd.start()
         if self.redis is None:
             args: list[str] = []

@@ -714,6 +714,7 @@ class EtcdCluster:
             when the whole cluster goes a SIGKILL loses nothing (etcd fsyncs
             its WAL before it acknowledges a write).
         name_prefix: member ``i`` is named ``<name_prefix><i>``.
+        extra_args: appended to every member's command line.
 
     Raises:
         ValueError: ``size`` < 1.
@@ -732,6 +733,7 @@ class EtcdCluster:
         stop_timeout_s: float = 10.0,
         shutdown_grace_s: float = 1.0,
         name_prefix: str = "lazarus-etcd-",
+        extra_args: Sequence[str] = (),
     ) -> None:
         if size < 1:
             raise ValueError(f"a cluster needs at least one member, not {size}")
@@ -744,6 +746,7 @@ class EtcdCluster:
         self.stop_timeout_s = stop_timeout_s
         self.shutdown_grace_s = shutdown_grace_s
         self.name_prefix = name_prefix
+        self.extra_args = list(extra_args)
         self._dir: Path | None = Path(data_dir) if data_dir is not None else None
         self._owns_dir = False
         self._members: list[EtcdServer] = []
@@ -873,6 +876,7 @@ class EtcdCluster:
                 binary=self._binary,
                 startup_timeout_s=self.startup_timeout_s,
                 stop_timeout_s=self.stop_timeout_s,
+                extra_args=self.extra_args,
             )
             for i in range(self.size)
         ]

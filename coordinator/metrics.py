@@ -26,7 +26,10 @@ Series:
   ``lazarus_recovered_tasks_total``, ``lazarus_failed_recoveries_total``
   (tasks of a dead node that ended FAILED instead), ``lazarus_data_loss_events_total``
   (a task resumed from a checkpoint older than one its record shows
-  replicated: must stay 0), ``lazarus_replayed_journal_events_total``,
+  replicated, which must stay 0, or a task failed with
+  ``TASK_ERROR_CODE_DATA_LOSS`` because Redis lost its acknowledged
+  checkpoint and no store held it; ``node_agent/redisloss.py``),
+  ``lazarus_replayed_journal_events_total``,
   ``lazarus_work_redone_seconds`` (histogram, upper bound per resumed task),
   ``lazarus_task_interruption_seconds`` (histogram: owner lost -> resumed),
   ``lazarus_conflicts_total`` (forks kept from fenced owners);
@@ -63,8 +66,10 @@ from coordinator.core.notices import (
     NodeDead,
     RecordQuarantined,
     RecoveryCompleted,
+    TaskFailed,
     TaskResumed,
 )
+from coordinator.core.records import TaskErrorCode
 from reconcile.hub import HubStats
 
 __all__ = ["REFRESH_INTERVAL_S", "Metrics"]
@@ -133,7 +138,8 @@ class Metrics:
         )
         self.data_loss = Counter(
             "lazarus_data_loss_events",
-            "Resumes from a checkpoint older than one known replicated (must stay 0).",
+            "Resumes from a checkpoint older than one known replicated (must stay 0), "
+            "and tasks failed with DATA_LOSS (Redis lost an acknowledged checkpoint).",
             registry=r,
         )
         self.replayed = Counter(
@@ -264,6 +270,9 @@ class Metrics:
             if body.interruption_s:
                 self.interruption.observe(body.interruption_s)
                 self.redone.observe(body.work_redone_s)
+        elif isinstance(body, TaskFailed):
+            if body.error.code is TaskErrorCode.DATA_LOSS:
+                self.data_loss.inc()
         elif isinstance(body, ConflictDetected):
             self.conflicts.inc()
         elif isinstance(body, IdentityConflict):

@@ -126,7 +126,8 @@ def drill(
         str,
         typer.Argument(
             help="kill-node, kill-leader, partition-heal, etcd-member-loss, redis-restart, "
-            "duplicate-identity, complete-failure, chaos, a comma-separated list, or all."
+            "redis-loss, duplicate-identity, complete-failure, chaos, a comma-separated list, "
+            "or all."
         ),
     ] = "all",
     run_dir: Annotated[
@@ -186,8 +187,9 @@ def drill(
     the Helm release, through kubectl port-forward): faults are made with
     `kubectl delete pod --force` (kill-node deletes the busiest node agent's
     pod, kill-leader the leading coordinator's) and the facts come from
-    WatchEvents; partition-heal, etcd-member-loss and redis-restart need a
-    network or store fault injector and are reported as skipped.
+    WatchEvents; partition-heal, etcd-member-loss, redis-restart and
+    redis-loss need a network or store fault injector and are reported as
+    skipped.
 
     Safety is judged from the tasks' own side effects (every step start and
     executed completion, with pid and epoch): one process per task and epoch,

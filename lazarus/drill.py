@@ -51,6 +51,7 @@ import contextlib
 import json
 import os
 import re
+import shutil
 import signal
 import time
 import uuid
@@ -89,6 +90,7 @@ SCENARIOS = (
     "partition-heal",
     "etcd-member-loss",
     "redis-restart",
+    "redis-loss",
     "duplicate-identity",
     "complete-failure",
     "chaos",
@@ -150,6 +152,8 @@ class DrillResult:
     shared_ops: int = 0
     shared_mismatches: int = 0
     identity_refused: bool | None = None
+    data_loss_reported: int = 0
+    reshipped: int = 0
     time_to_all_running_s: float | None = None
     seed: int | None = None
     schedule: list[str] = field(default_factory=list)
@@ -430,6 +434,7 @@ class _Drill:
         self.chaos_s = CHAOS_SECONDS
         self.chaos_seed = 1
         self.round = 0
+        self.expect_data_loss: set[str] = set()
         # Request ids must be new in every run: SubmitTask is idempotent on them,
         # and a repeated id would hand back the tasks of an earlier run, finished.
         self.token = uuid.uuid4().hex[:8]
@@ -648,6 +653,16 @@ class _Drill:
             )
         for task_id, payload in by_id.items():
             task = tasks.get(task_id)
+            if (
+                task is not None
+                and task.state == records_pb2.TASK_STATE_FAILED
+                and task.last_error.code == records_pb2.TASK_ERROR_CODE_DATA_LOSS
+                and task_id in self.expect_data_loss
+            ):
+                # redis-loss: its owner died with Redis, so its acknowledged checkpoint
+                # exists nowhere; reported (TaskFailed DATA_LOSS), not silently redone.
+                r.data_loss_reported += 1
+                continue
             if task is None or task.state != records_pb2.TASK_STATE_COMPLETED:
                 r.tasks_lost += 1
                 why = records_pb2.TaskState.Name(task.state) if task else "missing"
@@ -794,6 +809,85 @@ class _Drill:
         await asyncio.sleep(3.0)
         redis.start()
         r.heal_at_s = time.time()
+
+    async def _redis_loss(self, r: DrillResult) -> None:
+        """SIGKILL one agent, then lose Redis's data; later SIGKILL a second agent.
+
+        Redis restarts with its AOF deleted, as one without persistence would.
+        The first victim's tasks had acknowledged checkpoints that are now in
+        no store: their new owners must report DATA_LOSS, never resume them
+        from scratch. The live agents see the new generation marker and
+        re-ship their tasks from their local stores; the second victim's tasks
+        then resume from that re-shipped state with nothing redone
+        (``node_agent/redisloss.py``).
+        """
+        c = self.cluster
+        redis = c.redis
+        if not isinstance(c, LocalCluster) or redis is None:
+            r.fault = "redis-loss needs a local cluster; skipped"
+            return
+        await asyncio.sleep(1.0)  # replicated checkpoints exist
+        netns_agent = {c.agents[-1].name} if self.ns else set()
+        first = await self._busiest_agent(netns_agent)
+        held = {
+            t.task_id
+            for t in await c.list_tasks()
+            if t.owner_node_id == first.name and t.HasField("last_replicated_checkpoint")
+        }
+        at = time.time()
+        r.inject_at_s = at
+        first.kill()
+        redis.kill()
+        data = c.run_dir / "redis"
+        shutil.rmtree(data / "appendonlydir", ignore_errors=True)
+        (data / "dump.rdb").unlink(missing_ok=True)
+        redis.start()
+        self.expect_data_loss = held
+        # The live agents re-ship (a gap found by their next write, or the new
+        # generation marker within 2 s); wait until it stops growing.
+        deadline, last, stable_since = time.monotonic() + 15.0, -1, time.monotonic()
+        while time.monotonic() < deadline:
+            now_count = sum(self._reshipped(at).values())
+            if now_count != last:
+                last, stable_since = now_count, time.monotonic()
+            elif now_count > 0 and time.monotonic() - stable_since >= 2.5:
+                break
+            await asyncio.sleep(0.25)
+        by_agent = self._reshipped(at)
+        live = [a for a in c.agents if a.alive and a.name not in netns_agent | {first.name}]
+        second = max(live, key=lambda a: by_agent.get(a.name, 0))
+        second.kill()
+        r.fault = (
+            f"SIGKILL {first.name}; Redis SIGKILLed and restarted empty (AOF deleted); "
+            f"SIGKILL {second.name} after the re-ship"
+        )
+        r.heal_at_s = time.time()
+        dead = await self._wait_for(lambda: self._node_dead(second.name, at)[0], 20)
+        if dead is not None:
+            r.detection_s = dead - r.heal_at_s
+        r.recovery_s = await self._wait_for(lambda: self._recovery(second.name, at), 30)
+        first.start()
+        second.start()
+        r.reshipped = sum(self._reshipped(at).values())
+        r.notes.append(
+            f"redis-loss: {len(held)} task(s) of {first.name} had acknowledged checkpoints "
+            f"when their owner and Redis's data were lost (expected: DATA_LOSS reported); "
+            f"{r.reshipped} task(s) re-shipped from the live agents' local stores; "
+            f"{second.name}'s tasks then resumed from that state"
+        )
+
+    def _reshipped(self, since: float) -> dict[str, int]:
+        """Per agent: re-ships to Redis from its local store acknowledged since ``since``."""
+        counts: dict[str, int] = {}
+        for agent in self.cluster.agents:
+            with contextlib.suppress(OSError):
+                for line in agent.log_path.read_text(errors="replace").splitlines():
+                    if "re-shipped checkpoint" not in line:
+                        continue
+                    with contextlib.suppress(json.JSONDecodeError, ValueError):
+                        if float(json.loads(line).get("ts", 0)) >= since:
+                            counts[agent.name] = counts.get(agent.name, 0) + 1
+        return counts
 
     async def _duplicate_identity(self, r: DrillResult) -> None:
         c = self.cluster

@@ -10,7 +10,7 @@ delete pod --grace-period=0 --force`` — the node agent's pod for kill-node
 (its StatefulSet brings it back under the same name, hence the same node id
 and volume), the leading coordinator's pod for kill-leader (pod names are
 member ids in the chart). Scenarios that need a network or a store fault
-injector (partition-heal, etcd-member-loss, redis-restart) are reported as
+injector (partition-heal, etcd-member-loss, redis-restart, redis-loss) are reported as
 skipped, never as passed.
 """
 

@@ -54,6 +54,7 @@ from node_agent.core import (
     StopTask,
 )
 from node_agent.metrics import AgentMetrics
+from node_agent.redisloss import generation_reset
 from node_agent.replication import RedisCheckpointReplica, ReplicationObserver, Replicator
 from node_agent.runner import TaskRunner
 from node_agent.sdk import Agent, ServiceContext
@@ -96,6 +97,9 @@ def lineage_wire_report(full: agent_pb2.LineageReport) -> agent_pb2.LineageRepor
 
 MAX_RETRY_AFTER_S = 10.0
 """Longest pause a NotLeader's retry_after_ms can impose before the next dial."""
+
+REDIS_GENERATION_CHECK_S = 2.0
+"""How often the agent reads Redis's dataset marker (node_agent/redisloss.py), seconds."""
 
 DIRECTIVE_BATCH = 64
 """Most leader messages stepped through the core as one batch (the lock is held
@@ -299,6 +303,7 @@ class NodeAgent:
         self._tasks = [
             asyncio.create_task(self._session_loop(), name="agent-session"),
             asyncio.create_task(self._tick_loop(), name="agent-tick"),
+            asyncio.create_task(self._redis_generation_loop(), name="agent-redis-generation"),
         ]
         self._spawn(asyncio.to_thread(self._runner.prestart_workers))  # isolation="process"
         shared = self.shared
@@ -392,6 +397,30 @@ class NodeAgent:
                 self.metrics.replication_lag.set(self._replicator.lag_seconds)
                 self.metrics.replication_backlog.set(self._replicator.backlog_records)
             await asyncio.sleep(TICK_S)
+
+    async def _redis_generation_loop(self) -> None:
+        """Read Redis's dataset marker; when it changed, re-ship every task (redisloss.py)."""
+        seen: str | None = None
+        while True:
+            current: str | None = None
+            if self._replica is not None:
+                try:
+                    current = await self._replica.generation()
+                except Exception as exc:  # unreachable now: no evidence either way
+                    _log.debug("redis generation unreadable: %s", exc)
+            if generation_reset(seen, current) and self._runner is not None:
+                self.metrics.redis_resets.labels(signal="generation").inc()
+                queued = self._runner.reship_all()
+                _log.warning(
+                    "redis_reset generation %s -> %s: Redis lost its data (restarted without "
+                    "persistence?); re-shipping %d task(s) from the local store",
+                    seen,
+                    current,
+                    queued,
+                )
+            if current is not None:
+                seen = current
+            await asyncio.sleep(REDIS_GENERATION_CHECK_S)
 
     # ---------------------------------------------------------------- session
 

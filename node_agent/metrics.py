@@ -15,7 +15,15 @@ Series (base units; counters end in ``_total``):
 - ``lazarus_agent_session_reconnects_total``: Sessions opened after the first;
 - ``lazarus_agent_session_refusals_total``: Hellos the leader refused with
   FAILED_PRECONDITION (another live process holds this node id);
-- ``lazarus_agent_heartbeat_rtt_seconds`` (histogram): heartbeat send to ack.
+- ``lazarus_agent_heartbeat_rtt_seconds`` (histogram): heartbeat send to ack;
+- ``lazarus_agent_redis_resets_total{signal}``: Redis data loss seen by this agent
+  (``generation``: the dataset marker changed; ``gap``: a write found a hole in a
+  task's replicated journal), each followed by a re-ship from the local store;
+- ``lazarus_agent_reshipped_tasks_total``: tasks whose newest local checkpoint
+  and journal were shipped to Redis again after such a loss;
+- ``lazarus_agent_data_loss_total``: assignments refused because the
+  acknowledged checkpoint was in neither Redis nor the local store (the task
+  fails with ``TASK_ERROR_CODE_DATA_LOSS``).
 """
 
 from __future__ import annotations
@@ -89,6 +97,22 @@ class AgentMetrics:
         self.session_refusals = Counter(
             "lazarus_agent_session_refusals",
             "Hellos refused with FAILED_PRECONDITION (another live process holds the node id).",
+            registry=r,
+        )
+        self.redis_resets = Counter(
+            "lazarus_agent_redis_resets",
+            "Redis data loss seen (generation marker changed, or a gap in a task's journal).",
+            ["signal"],
+            registry=r,
+        )
+        self.reshipped_tasks = Counter(
+            "lazarus_agent_reshipped_tasks",
+            "Tasks re-shipped to Redis from the local store after Redis lost data.",
+            registry=r,
+        )
+        self.data_loss = Counter(
+            "lazarus_agent_data_loss",
+            "Assignments whose acknowledged checkpoint was in neither Redis nor the local store.",
             registry=r,
         )
         self.session_reconnects = Counter(

@@ -364,7 +364,7 @@ class Replicator:
             return
         if result.outcome is Outcome.DUPLICATE and entry.attempts > 1:
             # An earlier attempt of this very batch landed but its reply was lost.
-            result = ReplicationResult(Outcome.OK, result.current_epoch)
+            result = ReplicationResult(Outcome.OK, result.current_epoch, result.gap)
         self._resolve(entry, result)
         if result.outcome is Outcome.STALE:
             self._fence(entry.item.task_id, result.current_epoch)

@@ -34,6 +34,7 @@ import asyncio
 import concurrent.futures
 import json
 import logging
+import os
 import time
 import traceback
 from collections.abc import Awaitable
@@ -53,6 +54,7 @@ from node_agent.checkpoint import (
 from node_agent.core import Ownership
 from node_agent.isolation import Worker, WorkerDied, WorkerPool, stop_run
 from node_agent.metrics import AgentMetrics
+from node_agent.redisloss import DataLoss, judge_resume
 from node_agent.replication import (
     ClaimBatcher,
     Outcome,
@@ -79,6 +81,9 @@ from node_agent.shared import SharedDocument, SharedDocuments
 __all__ = ["Reporter", "TaskRunner"]
 
 _log = logging.getLogger("lazarus.agent.runner")
+
+UNSAFE_IGNORE_REDIS_LOSS_ENV = "LAZARUS_UNSAFE_IGNORE_REDIS_LOSS"
+"""Set to ``1`` to turn off the re-ship and the DATA_LOSS refusal (mutation tests only)."""
 
 JSON = "application/json"
 
@@ -166,6 +171,9 @@ class _Run:
     worker: Worker | None = None  # its worker process (isolation="process")
     stopped: bool = False  # stop() completed: nothing of this run may commit any more
     stored_result: records_pb2.TaskResult | None = None  # found at restore
+    restored: bool = False  # _restore returned: the local store holds its state
+    data_loss: DataLoss | None = None  # the acknowledged state was found nowhere
+    reshipping: bool = False  # a re-ship after Redis lost data is queued
 
 
 class _Host:
@@ -289,6 +297,13 @@ class TaskRunner:
         )
         self._loop: asyncio.AbstractEventLoop | None = None
         self._ownership = Ownership()
+        self._ignore_redis_loss = os.environ.get(UNSAFE_IGNORE_REDIS_LOSS_ENV, "") == "1"
+        if self._ignore_redis_loss:
+            _log.error(
+                "%s=1: Redis data loss is neither re-shipped nor refused; UNSAFE "
+                "(a mutation test only)",
+                UNSAFE_IGNORE_REDIS_LOSS_ENV,
+            )
 
     @property
     def ownership(self) -> Ownership:
@@ -393,6 +408,18 @@ class TaskRunner:
             async with self._restoring:  # a burst of moved tasks restores a few at a time
                 restored, started = await self._restore(run, assign)
             if run.cancelled.is_set():
+                return
+            if run.data_loss is not None:
+                self.metrics.data_loss.inc()
+                message = f"task {run.task_id}: {run.data_loss.describe()}"
+                _log.error("data_loss task_id=%s epoch=%d %s", run.task_id, run.epoch, message)
+                await self._finish(
+                    run,
+                    None,
+                    self._error_text(
+                        run, message, records_pb2.TASK_ERROR_CODE_DATA_LOSS, retryable=False
+                    ),
+                )
                 return
             await self.reporter.started(run.task_id, run.epoch, started)
             if run.stored_result is not None:
@@ -737,7 +764,68 @@ class TaskRunner:
             points.append(local_ckpt.info.created_at_ms)
         started.resume_point_unix_ms = max(points, default=0)
         started.restore_ms = int((time.monotonic() - t0) * 1000)
+        resume = assign.resume_from
+        run.data_loss = judge_resume(
+            acknowledged_checkpoint_seq=resume.checkpoint.seq
+            if resume.HasField("checkpoint")
+            else 0,
+            acknowledged_journal_seq=resume.replay_through_journal_seq,
+            restored_checkpoint_seq=local_ckpt.seq if local_ckpt is not None else 0,
+            restored_journal_seq=run.journal_seq,
+        )
+        if self._ignore_redis_loss:
+            run.data_loss = None
+        run.restored = True
         return restored, started
+
+    # ------------------------------------------------------------ redis loss
+
+    def reship_all(self) -> int:
+        """Re-ship every restored, live task's local state (Redis lost its data).
+
+        Returns:
+            How many tasks were queued for a re-ship.
+        """
+        runs = [r for r in self._runs.values() if r.restored and not r.cancelled.is_set()]
+        for run in runs:
+            self._reship_soon(run)
+        return len(runs)
+
+    def _reship_soon(self, run: _Run) -> None:
+        if run.reshipping or run.cancelled.is_set() or not run.restored:
+            return
+        if self._ignore_redis_loss:
+            return
+        run.reshipping = True
+        asyncio.ensure_future(self._reship(run)).add_done_callback(_log_failure)
+
+    async def _reship(self, run: _Run) -> None:
+        """Ship the newest local checkpoint and the journal after it again (see redisloss.py).
+
+        Redis skips what it still holds (writes are idempotent per epoch and
+        seq), so this only restores what it lost: the task's replicated state
+        is whole again once the item is acknowledged.
+        """
+        try:
+            local = await self.store.aio.recover(run.task_id)
+            if run.cancelled.is_set() or (local.checkpoint is None and not local.events):
+                return
+            shipped = await self._catch_up(run, local.checkpoint, list(local.events), None)
+            if shipped is None:
+                return
+            result = await shipped
+            if result.outcome is Outcome.STALE:
+                return  # fenced meanwhile: the new owner's state is what counts
+            self.metrics.reshipped_tasks.inc()
+            _log.warning(
+                "task %s: re-shipped checkpoint seq %d and %d journal events to Redis "
+                "from the local store, acknowledged (Redis had lost them)",
+                run.task_id,
+                local.checkpoint.seq if local.checkpoint is not None else 0,
+                len(local.events),
+            )
+        finally:
+            run.reshipping = False
 
     async def _catch_up(
         self,
@@ -745,7 +833,8 @@ class TaskRunner:
         ckpt: StoredCheckpoint | None,
         events: list[Any],
         remote: RemoteState | None,
-    ) -> None:
+    ) -> asyncio.Future[ReplicationResult] | None:
+        """Ship what Redis lacks of the local state; the item's future, or None if nothing."""
         remote_seq = remote.ckpt_seq if remote is not None else 0
         remote_j = remote.journal_seq if remote is not None else 0
         send_ckpt = ckpt is not None and ckpt.seq > remote_seq
@@ -755,7 +844,7 @@ class TaskRunner:
             if e.seq > remote_j
         )
         if not send_ckpt and not send_events:
-            return
+            return None
         item = ReplicationItem(
             run.task_id,
             run.epoch,
@@ -763,7 +852,9 @@ class TaskRunner:
             events=send_events,
             checkpoint=self._checkpoint_record(run, ckpt) if send_ckpt and ckpt else None,
         )
-        self._track(run, await self.replicator.submit(item), ckpt.seq if send_ckpt and ckpt else 0)
+        future = await self.replicator.submit(item)
+        self._track(run, future, ckpt.seq if send_ckpt and ckpt else 0)
+        return future
 
     # ---------------------------------------------------------------- effects
 
@@ -1082,6 +1173,15 @@ class TaskRunner:
                     _log_failure
                 )
                 return
+            if result.gap and not run.reshipping:
+                # Redis's journal of this task has a hole before this write: it lost
+                # records it had acknowledged. Ship the local state again.
+                self.metrics.redis_resets.labels(signal="gap").inc()
+                _log.warning(
+                    "task %s: Redis lost part of its replicated journal; re-shipping",
+                    run.task_id,
+                )
+                self._reship_soon(run)
             fields: dict[str, Any] = {}
             if ckpt_seq:
                 fields["replicated_checkpoint_seq"] = ckpt_seq

@@ -166,6 +166,7 @@ class TaskErrorCode(enum.Enum):
     CHECKPOINT_CORRUPTED = 7
     RESTORE_FAILED = 8
     INTERNAL = 9
+    DATA_LOSS = 10
 
 
 class SuspicionReason(enum.Enum):

@@ -13,6 +13,8 @@ Redis between installations.
 - ``lazarus:{<cluster>}:events``: stream of event batches (coordinator).
 - ``lazarus:{T}:record:<cluster>``: an archived TaskRecord (coordinator, retention).
 - ``lazarus:archive:<cluster>:node:<node id>``: an archived NodeRecord (coordinator).
+- ``<prefix>:generation``: a random id set once per Redis dataset (``SET NX``);
+  agents that see it change re-ship their tasks (``node_agent/redisloss.py``).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ __all__ = [
     "events_stream_key",
     "fork_key",
     "fork_records_key",
+    "generation_key",
     "task_keys",
 ]
 
@@ -50,6 +53,11 @@ def fork_key(task_id: str, prefix: str = DEFAULT_PREFIX) -> str:
 def fork_records_key(task_id: str, fork_id: str, prefix: str = DEFAULT_PREFIX) -> str:
     """Redis string holding a fork's divergent records (a LineageReport, serialized)."""
     return f"{prefix}:{{{task_id}}}:fork:{fork_id}"
+
+
+def generation_key(prefix: str = DEFAULT_PREFIX) -> str:
+    """Redis string holding the dataset's generation marker (a random id, set with NX)."""
+    return f"{prefix}:generation"
 
 
 def document_key(doc_id: str, prefix: str = DEFAULT_PREFIX) -> str:

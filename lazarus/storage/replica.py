@@ -33,6 +33,7 @@ import contextlib
 import enum
 import logging
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -41,7 +42,7 @@ import redis.asyncio
 import redis.exceptions
 
 from lazarus.storage.errors import CorruptedRecord, InvalidArgument
-from lazarus.storage.keys import DEFAULT_PREFIX, task_keys
+from lazarus.storage.keys import DEFAULT_PREFIX, generation_key, task_keys
 from lazarus.v1 import records_pb2
 
 __all__ = [
@@ -90,6 +91,8 @@ REPLICATE_LUA = r"""
 -- tostring of a double). Reply: {status, current_epoch} as strings; 'claim_load'
 -- (not STALE) raises the fence and appends the state read after it, in the same
 -- atomic call: HGETALL head (flat), GET ckpt (false when none), ZRANGE journal 0 -1.
+-- 'write' (not STALE) appends '1' when the item's events start past a hole in
+-- the stored journal that the item does not cover (Redis lost data), else '0'.
 -- The fence is (epoch, owner): owner is the writing process's incarnation. A
 -- lower epoch is STALE; so is an equal epoch from another owner once one is
 -- recorded (DESIGN.md section 4: one process per epoch).
@@ -135,6 +138,21 @@ local journal_seq_s = redis.call('HGET', head, 'journal_seq') or '0'
 local journal_seq = tonumber(journal_seq_s)
 local changed = false
 local n = tonumber(ARGV[6])
+-- A gap: the item's first event is past the journal head + 1 and no checkpoint
+-- in the item covers the hole. Items of a task are written in order, so Redis
+-- lost what came before (a restart without persistence, a lagging replica's
+-- failover); the writer re-ships its local state (node_agent/redisloss.py).
+-- Reported by the first write past the hole only (the events are stored, so
+-- the head moves on); the re-ship is kept and retried until Redis takes it.
+local gap = '0'
+if n > 0 then
+  local hole_end = tonumber(ARGV[7]) - 1
+  local c_at = 7 + 3 * n
+  local covered = ARGV[c_at] == '1' and tonumber(ARGV[c_at + 3]) >= hole_end
+  if hole_end > journal_seq and not covered then
+    gap = '1'
+  end
+end
 local i = 7
 for _ = 1, n do
   local seq_s, ev_epoch_s, rec = ARGV[i], ARGV[i + 1], ARGV[i + 2]
@@ -183,9 +201,9 @@ if changed or raised then
              'node_id', node_id, 'updated_ms', now_ms)
 end
 if changed then
-  return {'OK', epoch_s}
+  return {'OK', epoch_s, gap}
 end
-return {'DUPLICATE', epoch_s}
+return {'DUPLICATE', epoch_s, gap}
 """
 
 
@@ -213,10 +231,15 @@ class ReplicationResult:
     Attributes:
         outcome: see :class:`Outcome`.
         current_epoch: the task's fence after the call (the higher stored epoch on STALE).
+        gap: a write whose first journal event came after a hole in Redis's
+            journal that it did not cover: Redis lost records acknowledged
+            before (restart without persistence, failover to a lagging
+            replica); the writer should re-ship its local state.
     """
 
     outcome: Outcome
     current_epoch: int
+    gap: bool = False
 
 
 def _check_id(name: str, value: str) -> None:
@@ -338,9 +361,10 @@ def _text(value: Any) -> str:
 
 
 def _parse_reply(reply: Any) -> ReplicationResult:
-    if not isinstance(reply, list) or len(reply) != 2:
+    if not isinstance(reply, list) or len(reply) not in (2, 3):
         raise redis.exceptions.ResponseError(f"unexpected replication script reply {reply!r}")
-    return ReplicationResult(Outcome(_text(reply[0])), int(_text(reply[1])))
+    gap = len(reply) == 3 and _text(reply[2]) == "1"
+    return ReplicationResult(Outcome(_text(reply[0])), int(_text(reply[1])), gap)
 
 
 class CheckpointReplica(Protocol):
@@ -474,6 +498,27 @@ class RedisCheckpointReplica:
                 except (ValueError, redis.exceptions.ResponseError) as e:
                     out.append(e)
         return out
+
+    async def generation(self) -> str:
+        """The marker of the Redis dataset, set to a fresh random id when absent.
+
+        One ``SET <prefix>:generation <uuid4> NX`` and a ``GET`` in a MULTI: the
+        first caller after Redis started empty creates the marker, every later
+        caller reads the same one. A change between two reads means the data
+        Redis held before is gone (see :func:`node_agent.redisloss.generation_reset`).
+
+        Returns:
+            The marker (32 hex digits).
+
+        Raises:
+            redis.exceptions.RedisError: Redis unreachable or failing.
+        """
+        key = generation_key(self._prefix)
+        async with self._client.pipeline(transaction=True) as pipe:
+            pipe.set(key, uuid.uuid4().hex, nx=True)
+            pipe.get(key)
+            _set, value = await pipe.execute()
+        return _text(value)
 
     async def claim(self, task_id: str, epoch: int, node_id: str = "") -> ReplicationResult:
         """Raise a task's fence to ``epoch`` before reading its resume state.

@@ -79,6 +79,7 @@ class TaskErrorCode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     TASK_ERROR_CODE_CHECKPOINT_CORRUPTED: _ClassVar[TaskErrorCode]
     TASK_ERROR_CODE_RESTORE_FAILED: _ClassVar[TaskErrorCode]
     TASK_ERROR_CODE_INTERNAL: _ClassVar[TaskErrorCode]
+    TASK_ERROR_CODE_DATA_LOSS: _ClassVar[TaskErrorCode]
 
 class CrdtType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -209,6 +210,7 @@ TASK_ERROR_CODE_ATTEMPTS_EXHAUSTED: TaskErrorCode
 TASK_ERROR_CODE_CHECKPOINT_CORRUPTED: TaskErrorCode
 TASK_ERROR_CODE_RESTORE_FAILED: TaskErrorCode
 TASK_ERROR_CODE_INTERNAL: TaskErrorCode
+TASK_ERROR_CODE_DATA_LOSS: TaskErrorCode
 CRDT_TYPE_UNSPECIFIED: CrdtType
 CRDT_TYPE_G_COUNTER: CrdtType
 CRDT_TYPE_PN_COUNTER: CrdtType

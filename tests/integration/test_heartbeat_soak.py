@@ -371,9 +371,12 @@ async def test_silent_node_is_dead_and_closed_stream_suspect_at_once(
 
 
 FLOOD_NODES = 200
-FLOOD_TASKS = 2000
+FLOOD_TASKS = 3000
 FLOOD_S = 10.0
 FLOOD_CLIENTS = 32
+FLOOD_PROCESSES = 2
+FLOOD_LABELS = {f"team-{k:02d}.example.com/owner": "x" * 40 for k in range(16)}
+"""Labels of every flood task (about 1.3 KiB): what a real orchestrator attaches."""
 _FLOOD_SCRIPT = """
 import asyncio, sys, grpc.aio
 from lazarus.v1 import coordinator_pb2
@@ -401,10 +404,15 @@ async def test_list_tasks_flood_does_not_delay_heartbeat_acks(
 ) -> None:
     """Issue 16 item 2: orchestrator reads on the leader never starve the Session loop.
 
-    2,000 tasks (submitted, then cancelled); 200 simulated nodes heartbeat
-    while another process floods ListTasks (page of 1,000) from 32 concurrent
-    callers for 10 s. No heartbeat may go unacked for ``fence_after`` (an
-    agent would self-fence), no stream may end, no node may turn DEAD.
+    3,000 tasks with 16 labels each (submitted, then cancelled); 200 simulated
+    nodes heartbeat while two other processes flood ListTasks (page of 1,000)
+    from 32 concurrent callers each for 10 s. No heartbeat may go unacked for
+    ``fence_after`` (an agent would self-fence), no stream may end, no node may
+    turn DEAD. (Measured 2026-11-24 on the main before [hardening], 6444744,
+    with this load and with 2 x 256 callers: ack p99 0.15 / 0.13 s, 0 late;
+    the Session loop was not starved there either, so this test guards the
+    property rather than reproducing a failure; the Hello-burst test in
+    test_admission.py is item 2's test that fails on that main.)
     """
     sem = asyncio.Semaphore(64)
 
@@ -413,7 +421,9 @@ async def test_list_tasks_flood_does_not_delay_heartbeat_acks(
             reply = await api.SubmitTask(
                 coordinator_pb2.SubmitTaskRequest(
                     request_id=f"flood-{i}",
-                    spec=records_pb2.TaskSpec(kind="flood", node_selector={"pool": "none"}),
+                    spec=records_pb2.TaskSpec(
+                        kind="flood", node_selector={"pool": "none"}, labels=FLOOD_LABELS
+                    ),
                 ),
                 timeout=30,
             )
@@ -426,7 +436,7 @@ async def test_list_tasks_flood_does_not_delay_heartbeat_acks(
     readers: list[asyncio.Task[None]] = []
     beaters: list[asyncio.Task[None]] = []
     stop_beating = asyncio.Event()
-    flood: subprocess.Popen[bytes] | None = None
+    floods: list[subprocess.Popen[bytes]] = []
     try:
         for start in range(0, FLOOD_NODES, 25):
             batch = nodes[start : start + 25]
@@ -434,9 +444,12 @@ async def test_list_tasks_flood_does_not_delay_heartbeat_acks(
             readers += [asyncio.create_task(node.read_acks()) for node in batch]
             beaters += [asyncio.create_task(node.beat_until(stop_beating)) for node in batch]
         await asyncio.sleep(2.0)
-        flood = subprocess.Popen(  # noqa: ASYNC220 - started once, killed by pid
-            [sys.executable, "-c", _FLOOD_SCRIPT, coordinator.address, str(FLOOD_CLIENTS)]
-        )
+        floods = [
+            subprocess.Popen(  # noqa: ASYNC220 - started once, killed by pid
+                [sys.executable, "-c", _FLOOD_SCRIPT, coordinator.address, str(FLOOD_CLIENTS)]
+            )
+            for _ in range(FLOOD_PROCESSES)
+        ]
         await asyncio.sleep(FLOOD_S)
         now = time.monotonic()
         late = {
@@ -453,7 +466,7 @@ async def test_list_tasks_flood_does_not_delay_heartbeat_acks(
         fenced = sum(1 for x in latencies if x >= DEFAULTS.fence_after_s)
         print(
             f"\nMEASURED list_tasks_flood {FLOOD_NODES} nodes {FLOOD_TASKS} tasks "
-            f"{FLOOD_CLIENTS} callers x {FLOOD_S:g} s: ack p50 "
+            f"{FLOOD_PROCESSES} x {FLOOD_CLIENTS} callers x {FLOOD_S:g} s: ack p50 "
             f"{_percentile(latencies, 0.5):.3f} s p99 {_percentile(latencies, 0.99):.3f} s "
             f"max {latencies[-1]:.3f} s, acks >= fence_after: {fenced}"
         )
@@ -463,7 +476,7 @@ async def test_list_tasks_flood_does_not_delay_heartbeat_acks(
         assert fenced == 0, "heartbeat acks later than fence_after: those agents self-fence"
         assert dead_verdicts == 0
     finally:
-        if flood is not None:
+        for flood in floods:
             flood.kill()
             flood.wait(timeout=10)
         stop_beating.set()

@@ -11,6 +11,7 @@ import json
 import os
 import platform
 import sqlite3
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,17 @@ def machine() -> dict[str, Any]:
 def today() -> str:
     """The UTC date, YYYY-MM-DD."""
     return time.strftime("%Y-%m-%d", time.gmtime())
+
+
+def measured_commit() -> str:
+    """The short commit measured (``git rev-parse --short HEAD``), "" outside a checkout."""
+    return subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=BENCH_DIR,
+    ).stdout.strip()
 
 
 def write_json(path: Path, result: dict[str, Any]) -> None:

@@ -68,7 +68,7 @@ import grpc
 import grpc.aio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _report import RESULTS_DIR, today, write_json, write_section
+from _report import RESULTS_DIR, measured_commit, today, write_json, write_section
 
 from lazarus.devcluster import DevCertificates
 from lazarus.localservers import EtcdServer, free_loopback_ports
@@ -916,9 +916,7 @@ def overload(counts: list[int], args: argparse.Namespace) -> int:
 
     with tempfile.TemporaryDirectory(prefix="lazarus-hbbench-") as tmp:
         steps, rss = asyncio.run(run(Path(tmp)))
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
-    ).stdout.strip()
+    commit = measured_commit()
     result = {
         "date": today(),
         "commit": commit,
@@ -1005,9 +1003,7 @@ def compare_tls(counts: list[int], args: argparse.Namespace) -> int:
         modes["mtls" if tls else "plaintext"] = [_per_heartbeat(s) for s in steps]
     config.pop("security", None)
     other = ", ".join(sorted(seen))
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
-    ).stdout.strip()
+    commit = measured_commit()
     result = {
         "date": today(),
         "commit": commit,

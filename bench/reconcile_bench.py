@@ -36,7 +36,6 @@ from __future__ import annotations
 import argparse
 import gc
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -75,7 +74,7 @@ from reconcile.hub import (
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from _report import RESULTS_DIR, machine, today, write_json, write_section
+from _report import RESULTS_DIR, machine, measured_commit, today, write_json, write_section
 
 # ---- 1. partition heal ---------------------------------------------------------------
 
@@ -406,9 +405,7 @@ def main() -> None:
     kinds = ["g-counter", "pn-counter", "or-set", "lww-map", "mv-map", "rga-log"]
     merge_rows = [bench_merge(kind, args.merge_ops, args.rounds) for kind in kinds]
     baselines = bench_crdts_baselines(args.rounds)
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
-    ).stdout.strip()
+    commit = measured_commit()
     result = {
         "date": today(),
         "commit": commit or "unknown",

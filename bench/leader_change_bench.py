@@ -191,6 +191,23 @@ async def worker_main(config: dict[str, Any]) -> None:
 
         await asyncio.gather(*(one(a) for a in agents.values()))
 
+    def where(node_id: str) -> list[str]:
+        """Where a closed agent's session task waits: its coroutine chain, innermost last."""
+        for task in getattr(agents[node_id], "_tasks", []):  # diagnostics only
+            if task.get_name() != "agent-session":
+                continue
+            if task.done():
+                return [f"session task ended: {task.exception() if not task.cancelled() else ''}"]
+            chain: list[str] = []
+            coro: Any = task.get_coro()
+            while coro is not None:
+                frame = getattr(coro, "cr_frame", None) or getattr(coro, "gi_frame", None)
+                if frame is not None:
+                    chain.append(f"{frame.f_code.co_name}:{frame.f_lineno}")
+                coro = getattr(coro, "cr_await", None) or getattr(coro, "gi_yieldfrom", None)
+            return chain
+        return ["no session task"]
+
     def fences(agent: NodeAgent) -> int:
         return sum(1 for e in agent.fence_log if e["event"] == "self_fence")
 
@@ -216,11 +233,13 @@ async def worker_main(config: dict[str, Any]) -> None:
                 reply({"ok": True, "terms": sorted(set(base_term.values()))})
             elif op == "report":
                 fenced = [n for n, a in agents.items() if fences(a) > base_fences.get(n, 0)]
+                closed = [n for n, a in agents.items() if not a.core.session_open]
                 ordered = sorted(lags)
                 reply(
                     {
                         "ok": True,
                         "open": sum(a.core.session_open for a in agents.values()),
+                        "closed": {n: where(n) for n in closed[:3]},
                         "reconnected": reconnected,
                         "fenced": fenced,
                         "lag_p99_ms": ordered[int(0.99 * (len(ordered) - 1))] if ordered else 0,
@@ -407,11 +426,14 @@ async def _report_all(workers: list[WorkerProcess]) -> dict[str, Any]:
     replies = await asyncio.gather(*(w.ask("report") for w in workers))
     reconnected: dict[str, float] = {}
     fenced: list[str] = []
+    closed: dict[str, list[str]] = {}
     for r in replies:
+        closed.update(r["closed"])
         reconnected.update(r["reconnected"])
         fenced += r["fenced"]
     return {
         "open": sum(r["open"] for r in replies),
+        "closed": closed,
         "reconnected": reconnected,
         "fenced": fenced,
         "lag_p99_ms": max(r["lag_p99_ms"] for r in replies),
@@ -426,6 +448,7 @@ async def wait_steady(
     deadline = time.monotonic() + READY_S
     missing: set[str] = set(node_ids)
     opened = 0
+    closed: dict[str, list[str]] = {}
     while time.monotonic() < deadline:
         for child in cluster.coordinators:
             if child.popen is not None and child.popen.poll() is not None:
@@ -434,7 +457,8 @@ async def wait_steady(
             nodes = await cluster.list_nodes()
             alive = {n.node_id for n in nodes if n.state == records_pb2.NODE_STATE_ALIVE}
             missing = node_ids - alive
-            opened = (await _report_all(workers))["open"]
+            report = await _report_all(workers)
+            opened, closed = report["open"], report["closed"]
         except (grpc.aio.AioRpcError, RuntimeError):
             await asyncio.sleep(0.5)
             continue
@@ -443,7 +467,8 @@ async def wait_steady(
         await asyncio.sleep(0.5)
     raise BenchError(
         f"not steady after {READY_S} s: {len(missing)} nodes not ALIVE, "
-        f"{opened}/{len(node_ids)} Sessions open"
+        f"{opened}/{len(node_ids)} Sessions open; not ALIVE: {sorted(missing)[:10]}; "
+        f"where closed agents' Session loops wait: {json.dumps(closed)}"
     )
 
 

@@ -234,12 +234,21 @@ async def worker_main(config: dict[str, Any]) -> None:
             elif op == "report":
                 fenced = [n for n, a in agents.items() if fences(a) > base_fences.get(n, 0)]
                 closed = [n for n, a in agents.items() if not a.core.session_open]
+                ended = [
+                    n
+                    for n, a in agents.items()
+                    if any(
+                        t.get_name() == "agent-session" and t.done()
+                        for t in getattr(a, "_tasks", [])  # diagnostics only
+                    )
+                ]
                 ordered = sorted(lags)
                 reply(
                     {
                         "ok": True,
                         "open": sum(a.core.session_open for a in agents.values()),
                         "closed": {n: where(n) for n in closed[:3]},
+                        "ended": ended,
                         "reconnected": reconnected,
                         "fenced": fenced,
                         "lag_p99_ms": ordered[int(0.99 * (len(ordered) - 1))] if ordered else 0,
@@ -427,13 +436,16 @@ async def _report_all(workers: list[WorkerProcess]) -> dict[str, Any]:
     reconnected: dict[str, float] = {}
     fenced: list[str] = []
     closed: dict[str, list[str]] = {}
+    ended: list[str] = []
     for r in replies:
         closed.update(r["closed"])
+        ended += r["ended"]
         reconnected.update(r["reconnected"])
         fenced += r["fenced"]
     return {
         "open": sum(r["open"] for r in replies),
         "closed": closed,
+        "ended": ended,
         "reconnected": reconnected,
         "fenced": fenced,
         "lag_p99_ms": max(r["lag_p99_ms"] for r in replies),
@@ -441,10 +453,20 @@ async def _report_all(workers: list[WorkerProcess]) -> dict[str, Any]:
     }
 
 
+LOST: dict[str, str] = {}
+"""Agents whose Session loop ended (the task finished while the agent runs), by phase.
+
+Such an agent never dials again: it is dropped from ``node_ids`` (the fleet a
+trial watches) and reported; one that ends inside a trial's window counts there."""
+
+
 async def wait_steady(
-    cluster: LocalCluster, workers: list[WorkerProcess], node_ids: set[str]
+    cluster: LocalCluster, workers: list[WorkerProcess], node_ids: set[str], phase: str = ""
 ) -> tuple[int, str]:
-    """Wait until one leader serves, every node is ALIVE and every agent holds a Session."""
+    """Wait until one leader serves, every node is ALIVE and every agent holds a Session.
+
+    Agents whose Session loop ended are removed from ``node_ids`` (in place) into ``LOST``.
+    """
     deadline = time.monotonic() + READY_S
     missing: set[str] = set(node_ids)
     opened = 0
@@ -459,6 +481,12 @@ async def wait_steady(
             missing = node_ids - alive
             report = await _report_all(workers)
             opened, closed = report["open"], report["closed"]
+            for node_id in report["ended"]:
+                if node_id in node_ids:
+                    node_ids.discard(node_id)
+                    LOST[node_id] = phase
+                    print(f"{node_id}: its Session loop ended ({phase}); dropped", flush=True)
+            missing = node_ids - alive
         except (grpc.aio.AioRpcError, RuntimeError):
             await asyncio.sleep(0.5)
             continue
@@ -481,8 +509,9 @@ async def trial(
     window_s: float,
 ) -> dict[str, Any]:
     """Signal the leader; observe the window; restart it and wait for steady state."""
-    n = len(node_ids)
-    leader_index, leader_id = await wait_steady(cluster, workers, node_ids)
+    leader_index, leader_id = await wait_steady(cluster, workers, node_ids, "before " + sig_name)
+    fleet = set(node_ids)
+    n = len(fleet)
     await asyncio.sleep(SETTLE_S)
     base_metrics = await _replica_metrics(cluster)
     marks = await asyncio.gather(*(w.ask("mark") for w in workers))
@@ -521,12 +550,19 @@ async def trial(
                             break
         with contextlib.suppress(grpc.aio.AioRpcError):
             for record in await _list_nodes(cluster, survivors[0]):
+                if record.node_id not in fleet:
+                    continue
                 if record.state == records_pb2.NODE_STATE_DEAD:
                     seen_dead.setdefault(record.node_id, round(time.monotonic() - t0, 3))
                 elif record.state == records_pb2.NODE_STATE_SUSPECT:
                     seen_suspect.add(record.node_id)
         report = await _report_all(workers)
-        if all_back_s is None and len(report["reconnected"]) == n:
+        ended = fleet & set(report["ended"])
+        if (
+            all_back_s is None
+            and fleet - ended <= set(report["reconnected"])
+            and report["reconnected"]
+        ):
             all_back_s = round(max(report["reconnected"].values()) - t0, 3)
         now = time.monotonic() - t0
         done = now >= window_s and (
@@ -542,6 +578,7 @@ async def trial(
     final_not_alive = 0
     with contextlib.suppress(grpc.aio.AioRpcError):
         final = await _list_nodes(cluster, new_leader[0] if new_leader else survivors[0])
+        final = [r for r in final if r.node_id in fleet]
         final_dead = [r.node_id for r in final if r.state == records_pb2.NODE_STATE_DEAD]
         final_not_alive = sum(1 for r in final if r.state != records_pb2.NODE_STATE_ALIVE)
     for node_id in final_dead:
@@ -553,7 +590,7 @@ async def trial(
         return None if a is None or b is None else a - b
 
     metric_dead = delta(new_leader[0], "dead") if new_leader else None
-    dead_union = sorted(set(seen_dead) | set(ev["node_dead_nodes"]))
+    dead_union = sorted(set(seen_dead) | (set(ev["node_dead_nodes"]) & fleet))
     false_dead = max(int(metric_dead or 0), len(dead_union))
     times = sorted(t - t0 for t in report["reconnected"].values())
     result: dict[str, Any] = {
@@ -581,6 +618,8 @@ async def trial(
         "final_not_alive": final_not_alive,
         "events": ev,
         "self_fenced_nodes": len(report["fenced"]),
+        "session_loops_ended_in_window": sorted(ended),
+        "session_loops_ended_where": {k: v for k, v in report["closed"].items() if k in ended},
         "worker_lag_p99_ms": round(report["lag_p99_ms"], 1),
         "worker_lag_max_ms": round(report["lag_max_ms"], 1),
         "loadavg_at_signal": round(loadavg, 2),
@@ -602,7 +641,7 @@ async def trial(
         child.kill()
         result["old_leader_exit_code"] = popen.returncode
     child.start()
-    await wait_steady(cluster, workers, node_ids)
+    await wait_steady(cluster, workers, node_ids, "after " + sig_name)
     return result
 
 
@@ -615,7 +654,7 @@ async def control_run(
     (metric delta, ListNodes, NODE_DEAD events) must each see the stopped
     worker's nodes.
     """
-    leader_index, _ = await wait_steady(cluster, workers, node_ids)
+    leader_index, _ = await wait_steady(cluster, workers, node_ids, "before control")
     await asyncio.sleep(SETTLE_S)
     before = await _replica_metrics(cluster)
     stopped = workers[0]
@@ -643,7 +682,7 @@ async def control_run(
         "node_dead_events": len(events.since(t0)["node_dead_nodes"]),
     }
     print(f"control (SIGSTOP one worker {CONTROL_STOP_S:g} s): {result}", flush=True)
-    await wait_steady(cluster, workers, node_ids)
+    await wait_steady(cluster, workers, node_ids, "after control")
     return result
 
 
@@ -677,20 +716,24 @@ async def bench(args: argparse.Namespace, run_dir: Path) -> dict[str, Any]:
         t = time.monotonic()
         started = await asyncio.gather(*(w.ask("start", timeout_s=READY_S) for w in workers))
         print(f"{args.nodes} agents started in {[s['s'] for s in started]} s", flush=True)
-        await wait_steady(cluster, workers, set(node_ids))
-        print(f"all {args.nodes} nodes ALIVE after {time.monotonic() - t:.1f} s", flush=True)
+        fleet = set(node_ids)
+        await wait_steady(cluster, workers, fleet, "start-up")
+        print(f"all {len(fleet)} nodes ALIVE after {time.monotonic() - t:.1f} s", flush=True)
         events = EventLog(cluster)
         events.start()
         trials: dict[str, list[dict[str, Any]]] = {}
         for sig_name in SIGNALS:
             for _ in range(args.trials):
                 trials.setdefault(sig_name, []).append(
-                    await trial(cluster, workers, events, set(node_ids), sig_name, args.window_s)
+                    await trial(cluster, workers, events, fleet, sig_name, args.window_s)
                 )
-        control = (
-            await control_run(cluster, workers, events, set(node_ids)) if args.control else None
-        )
-        return {"trials": trials, "control": control, "coordinator_logs": _log_excerpts(cluster)}
+        control = await control_run(cluster, workers, events, fleet) if args.control else None
+        return {
+            "trials": trials,
+            "control": control,
+            "session_loops_ended": LOST,
+            "coordinator_logs": _log_excerpts(cluster),
+        }
     except BaseException:
         with contextlib.suppress(Exception):
             print(json.dumps(_log_excerpts(cluster), indent=1), file=sys.stderr)
@@ -774,8 +817,17 @@ def readme(result: dict[str, Any], command: str) -> str:
     if result.get("package_root", "") != str(SELF.parents[1]):
         tree = " (packages imported from a clean `git archive` export of it)"
     checked = ""
+    lost = result.get("session_loops_ended") or {}
+    if lost:
+        phases = sorted(set(lost.values()))
+        checked += (
+            f"\n\n**{len(lost)} agents' Session loops ended** while their processes ran "
+            f"({', '.join(phases)}): such an agent never dials again, so it was dropped from "
+            'the fleet the later trials watch (the "nodes" column); the loop ends as a '
+            "cancelled task (see `session_loops_ended` in the JSON and the report of issue 16)."
+        )
     if control:
-        checked = (
+        checked += (
             f"\n\nControl (the counters are not blind): one worker SIGSTOPped for "
             f"{control['stopped_s']:g} s with no leader change; of its "
             f"{control['stopped_nodes']} nodes the DEAD-verdict metric counted "

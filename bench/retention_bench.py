@@ -244,7 +244,11 @@ itself only shrinks on `etcdctl defrag`, see docs/operator.md).
 Measured {result.get("date", "?")} at commit `{result.get("commit", "?")}` on 2 shared cores:
 **{result["tasks_submitted"]:,} tasks in {result["duration_s"]:,.0f} s**. From the first
 quarter of the run on: task records in etcd {min(records):,}-{max(records):,}, etcd
-in use {min(in_use):.1f}-{max(in_use):.1f} MiB, leader RSS {min(rss):.0f}-{max(rss):.0f} MiB.
+in use {min(in_use):.1f}-{max(in_use):.1f} MiB, leader RSS {min(rss):.0f}-{max(rss):.0f} MiB; the db
+file reached {samples[-1]["etcd_db_bytes"] / mib:.0f} MiB early and stayed there.
+{result.get("tasks_in_etcd_at_end_not_completed", 0):,} tasks were still queued or running when
+submitting stopped. Throughput varies with what else runs on the machine
+(other tests and drills shared it during the recorded run).
 `.venv/bin/python bench/retention_bench.py` (about 30 minutes); every sample in
 `bench/results/retention.json`.
 

@@ -332,7 +332,9 @@ class CoordinatorRuntime:
         self._background: set[asyncio.Task[None]] = set()
         self.leader_changes = 0
         self._hellos = HelloAdmission(
-            settings.admission.hello_rate_per_s, settings.admission.hello_burst
+            settings.admission.hello_rate_per_s,
+            settings.admission.hello_burst,
+            settings.admission.degraded_after_lag_s,
         )
         self._fatal: asyncio.Future[None] | None = None
         self._failure_listeners: list[Callable[[BaseException], None]] = []
@@ -846,12 +848,14 @@ class CoordinatorRuntime:
             None when admitted; else the status to end it with and the delay
             (seconds) to tell the agent to come back after: RESOURCE_EXHAUSTED
             past ``max_sessions``, UNAVAILABLE when Hellos arrive over the
-            admitted rate (the delay spreads them at that rate).
+            admitted rate (the delay spreads them at that rate) or while the
+            event loop lags past ``degraded_after_lag_s`` (the keepalive
+            thread's measure): a saturated leader takes no more nodes.
         """
         admission = self.settings.admission
         if len(self._channels) >= admission.max_sessions:
             return grpc.StatusCode.RESOURCE_EXHAUSTED, 1.0
-        delay_s = self._hellos.admit(self._now())
+        delay_s = self._hellos.admit(self._now(), self.election.loop_lag_s)
         if delay_s > 0:
             return grpc.StatusCode.UNAVAILABLE, delay_s
         return None

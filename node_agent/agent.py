@@ -496,6 +496,13 @@ class NodeAgent:
                                 else f"nothing from {target} for {self.settings.rpc_timeout_s:g} s"
                             )
                             break
+                        if read.cancelled():
+                            # grpc-python cancels the whole call when a write of it
+                            # was cancelled (the Hello's wait_for timed out under an
+                            # overloaded leader): the read then ends cancelled, not
+                            # with an AioRpcError. The Session is over; dial again.
+                            reason = f"the call to {target} was cancelled under us"
+                            break
                         msg = read.result()
                         if msg is grpc.aio.EOF:
                             reason = "stream ended by the coordinator"
@@ -551,6 +558,14 @@ class NodeAgent:
                     logging.INFO if exc.code() is grpc.StatusCode.UNAVAILABLE else logging.WARNING
                 )
                 _log.log(level, "session with %s ended: %s", target, reason)
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if self._stopping or (task is not None and task.cancelling()):
+                raise  # the agent is stopping this loop
+            # A CancelledError of the gRPC call's own, not of this task: ending the
+            # session loop here would leave a live process that never dials again.
+            reason = "the gRPC call was cancelled"
+            _log.warning("session with %s ended: %s; dialling again", target, reason)
         except Exception as exc:
             reason = repr(exc)
             _log.warning("session with %s failed: %r", target, exc)

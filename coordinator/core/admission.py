@@ -10,7 +10,11 @@ time it read:
   rate is told to come back after a delay (``NotLeader`` naming this replica
   with ``retry_after_ms``, which the agent honours without escalating its
   backoff), and the delay spreads the deferred ones over time so they do not
-  return together.
+  return together. While the event loop lags past ``degraded_after_lag_s``
+  no Hello is admitted at all: the nodes already attached keep their acks,
+  and the newcomers come back once the lag had time to clear (a saturated
+  leader starves its own keepalive thread of the GIL; the heartbeat bench's
+  ``--overload`` lost a lease at 3,200 nodes joining without this).
 - :class:`SessionCap` / :class:`ConcurrencyCap` count open Sessions and
   orchestrator RPCs in flight; past the cap the shell answers
   RESOURCE_EXHAUSTED.
@@ -27,6 +31,7 @@ import math
 from dataclasses import dataclass
 
 __all__ = [
+    "DEGRADED_RETRY_S",
     "AdmissionSettings",
     "ConcurrencyCap",
     "HelloAdmission",
@@ -34,6 +39,10 @@ __all__ = [
     "LagVerdict",
     "SessionCap",
 ]
+
+
+DEGRADED_RETRY_S = 1.0
+"""Shortest delay a Hello deferred for loop lag is told to wait, seconds."""
 
 
 class AdmissionError(ValueError):
@@ -83,30 +92,42 @@ class HelloAdmission:
         burst: bucket size (and initial content).
     """
 
-    def __init__(self, rate_per_s: float, burst: int) -> None:
+    def __init__(
+        self, rate_per_s: float, burst: int, degraded_after_lag_s: float = math.inf
+    ) -> None:
         if rate_per_s <= 0 or burst < 1:
             raise AdmissionError("rate_per_s must be positive and burst at least 1")
+        if not degraded_after_lag_s > 0:
+            raise AdmissionError("degraded_after_lag_s must be positive")
+        self._degraded_after_lag_s = degraded_after_lag_s
         self._rate_per_s = rate_per_s
         self._burst = float(burst)
         self._tokens = float(burst)
         self._last_s = -math.inf
         self._deferred_until_s = -math.inf
 
-    def admit(self, now_s: float) -> float:
+    def admit(self, now_s: float, lag_s: float = 0.0) -> float:
         """Judge one Hello arriving at ``now_s``.
 
         Args:
             now_s: the caller's clock, seconds (non-decreasing).
+            lag_s: how late the event loop runs its callbacks now, seconds.
 
         Returns:
             0.0 when admitted; otherwise the delay in seconds after which the
             agent should come back (deferred Hellos are spread one token
-            apart, so they return at the admitted rate).
+            apart, so they return at the admitted rate). While ``lag_s`` is at
+            or past ``degraded_after_lag_s`` every Hello is deferred, by at
+            least :data:`DEGRADED_RETRY_S` or twice the lag.
         """
         if self._last_s != -math.inf:
             elapsed_s = max(0.0, now_s - self._last_s)
             self._tokens = min(self._burst, self._tokens + elapsed_s * self._rate_per_s)
         self._last_s = max(now_s, self._last_s)
+        if lag_s >= self._degraded_after_lag_s:
+            slot_s = max(self._deferred_until_s, now_s + max(DEGRADED_RETRY_S, 2.0 * lag_s))
+            self._deferred_until_s = slot_s + 1.0 / self._rate_per_s
+            return slot_s - now_s
         if self._tokens >= 1.0:
             self._tokens -= 1.0
             return 0.0

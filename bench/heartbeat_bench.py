@@ -92,7 +92,7 @@ HELLO_CONCURRENCY = 8
 """Hellos a worker has in flight at once while adding nodes (a rolling start)."""
 SETTLE_S = 2.0
 """Pause after adding nodes before a step's measurement starts."""
-HELLO_DEADLINE_S = 45.0
+HELLO_DEADLINE_S = 20.0
 """How long a simulated node keeps retrying a deferred Hello, seconds."""
 STARTUP_S = 30.0
 # Loopback only: never route through a proxy from the environment.
@@ -136,31 +136,21 @@ class SimNode:
             response_deserializer=agent_pb2.CoordinatorMessage.FromString,
         )()
 
-    async def hello(self) -> None:
+    async def hello(self, gate: asyncio.Semaphore | None = None) -> None:
         """Hello until Welcome; a deferral (NotLeader naming this replica, with
         ``retry_after_ms``: admission past the Hello rate or Session cap) is
         honoured as the agent does: wait, then a new Session."""
         incarnation = uuid.uuid4().hex[:8]
         deadline = time.monotonic() + HELLO_DEADLINE_S
         while True:
-            await self.call.write(
-                agent_pb2.AgentMessage(
-                    hello=agent_pb2.Hello(
-                        node_id=self.node_id,
-                        incarnation=incarnation,
-                        capacity=records_pb2.NodeCapacity(slots=1),
-                    )
-                )
-            )
-            retry_after_s = 0.0
+            if gate is not None:
+                await gate.acquire()
             try:
-                async with asyncio.timeout(30):
-                    reply = await self.call.read()
-            except grpc.aio.AioRpcError as exc:  # deferred with an abort (UNAVAILABLE)
-                reply = grpc.aio.EOF
-                if exc.code() is not grpc.StatusCode.UNAVAILABLE:
-                    raise
-                retry_after_s = 0.2
+                await self._attempt_write(incarnation)
+                retry_after_s, reply = await self._attempt_read()
+            finally:
+                if gate is not None:
+                    gate.release()
             if reply is not grpc.aio.EOF and reply.WhichOneof("body") == "welcome":
                 return
             if reply is not grpc.aio.EOF and reply.WhichOneof("body") == "not_leader":
@@ -174,6 +164,29 @@ class SimNode:
             self.call.cancel()
             await asyncio.sleep(retry_after_s * random.uniform(1.0, 1.5))
             self.call = self._open()
+
+    async def _attempt_write(self, incarnation: str) -> None:
+        await self.call.write(
+            agent_pb2.AgentMessage(
+                hello=agent_pb2.Hello(
+                    node_id=self.node_id,
+                    incarnation=incarnation,
+                    capacity=records_pb2.NodeCapacity(slots=1),
+                )
+            )
+        )
+
+    async def _attempt_read(self) -> tuple[float, Any]:
+        """(retry_after_s, reply): 0 and the reply, or a delay when deferred or unanswered."""
+        try:
+            async with asyncio.timeout(30):
+                return 0.0, await self.call.read()
+        except grpc.aio.AioRpcError as exc:  # deferred with an abort (UNAVAILABLE)
+            if exc.code() not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED):
+                raise
+            return 0.2, grpc.aio.EOF
+        except TimeoutError:  # no answer at all in 30 s: a leader far past capacity
+            return 1.0, grpc.aio.EOF
 
     def start(self) -> None:
         self.tasks = [asyncio.create_task(self._send()), asyncio.create_task(self._read())]
@@ -250,20 +263,19 @@ class Worker:
         first = len(self.nodes)
 
         async def one(index: int) -> SimNode | None:
-            async with gate:
-                node = SimNode(self, self.address, f"{self.prefix}-{index:05d}")
-                try:
-                    await node.hello()
-                except RuntimeError:
-                    # Still deferred at HELLO_DEADLINE_S: a leader past capacity keeps
-                    # newcomers out (counted); one that answers otherwise fails the add.
-                    if not node.deferred_only:
-                        raise
-                    self.not_admitted += 1
-                    await node.close()
-                    return None
-                node.start()
-                return node
+            node = SimNode(self, self.address, f"{self.prefix}-{index:05d}")
+            try:
+                await node.hello(gate)  # the gate bounds attempts in flight, not waits
+            except RuntimeError:
+                # Still deferred at HELLO_DEADLINE_S: a leader past capacity keeps
+                # newcomers out (counted); one that answers otherwise fails the add.
+                if not node.deferred_only:
+                    raise
+                self.not_admitted += 1
+                await node.close()
+                return None
+            node.start()
+            return node
 
         added = await asyncio.gather(*(one(first + i) for i in range(count)))
         self.nodes.extend(node for node in added if node is not None)

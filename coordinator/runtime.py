@@ -95,6 +95,9 @@ from coordinator.eventlog import EventLog
 from coordinator.recordarchive import RecordArchive
 from lazarus.v1 import agent_pb2, records_pb2
 
+CPU_WINDOW_S = 1.0
+"""Window of the CPU measure that defers Hellos on a saturated replica, seconds."""
+
 __all__ = [
     "Channel",
     "CoordinatorRuntime",
@@ -134,6 +137,26 @@ def wall_anchored_clock() -> Callable[[], float]:
 def grpc_status(code: StatusCode) -> grpc.StatusCode:
     """The gRPC status code of a core ``StatusCode`` (same names)."""
     return grpc.StatusCode[code.name]
+
+
+class CpuMeter:
+    """Cores this process used over about the last second (``time.process_time``, every thread).
+
+    Sampled when asked; the window slides by at most :data:`CPU_WINDOW_S`.
+    """
+
+    def __init__(self) -> None:
+        self._mark = (time.monotonic(), time.process_time())
+        self._last = 0.0
+
+    def cores(self, now_s: float) -> float:
+        """CPU seconds per wall second over the window ending near ``now_s``."""
+        wall0, cpu0 = self._mark
+        if now_s - wall0 >= CPU_WINDOW_S:
+            cpu = time.process_time()
+            self._last = (cpu - cpu0) / (now_s - wall0)
+            self._mark = (now_s, cpu)
+        return self._last
 
 
 @dataclass(frozen=True, slots=True)
@@ -335,7 +358,9 @@ class CoordinatorRuntime:
             settings.admission.hello_rate_per_s,
             settings.admission.hello_burst,
             settings.admission.degraded_after_lag_s,
+            settings.admission.defer_hellos_above_cpu,
         )
+        self._cpu = CpuMeter()
         self._fatal: asyncio.Future[None] | None = None
         self._failure_listeners: list[Callable[[BaseException], None]] = []
         self.failure: BaseException | None = None
@@ -849,13 +874,16 @@ class CoordinatorRuntime:
             (seconds) to tell the agent to come back after: RESOURCE_EXHAUSTED
             past ``max_sessions``, UNAVAILABLE when Hellos arrive over the
             admitted rate (the delay spreads them at that rate) or while the
-            event loop lags past ``degraded_after_lag_s`` (the keepalive
-            thread's measure): a saturated leader takes no more nodes.
+            replica is saturated (its process used ``defer_hellos_above_cpu``
+            of a core over the last second, or its event loop lags past
+            ``degraded_after_lag_s``): a saturated leader takes no more nodes.
         """
         admission = self.settings.admission
         if len(self._channels) >= admission.max_sessions:
             return grpc.StatusCode.RESOURCE_EXHAUSTED, 1.0
-        delay_s = self._hellos.admit(self._now(), self.election.loop_lag_s)
+        delay_s = self._hellos.admit(
+            self._now(), self.election.loop_lag_s, self._cpu.cores(time.monotonic())
+        )
         if delay_s > 0:
             return grpc.StatusCode.UNAVAILABLE, delay_s
         return None

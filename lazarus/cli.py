@@ -616,6 +616,15 @@ def coordinator(
         int,
         typer.Option(envvar="LAZARUS_MAX_SESSIONS", min=1, help="Open Sessions per replica."),
     ] = 20_000,
+    defer_hellos_above_cpu: Annotated[
+        float,
+        typer.Option(
+            envvar="LAZARUS_DEFER_HELLOS_ABOVE_CPU",
+            min=0.05,
+            help="Admit no Session Hello while this process used this many cores over the last "
+            "second (a saturated leader starves its lease keepalive); they retry later.",
+        ),
+    ] = 0.85,
     max_concurrent_rpcs: Annotated[
         int,
         typer.Option(
@@ -771,6 +780,7 @@ def coordinator(
                 hello_burst=max(1, int(hello_rate_per_s)),
                 max_sessions=max_sessions,
                 max_concurrent_rpcs=max_concurrent_rpcs,
+                defer_hellos_above_cpu=defer_hellos_above_cpu,
             ),
         )
     except ValueError as exc:

@@ -10,11 +10,13 @@ time it read:
   rate is told to come back after a delay (``NotLeader`` naming this replica
   with ``retry_after_ms``, which the agent honours without escalating its
   backoff), and the delay spreads the deferred ones over time so they do not
-  return together. While the event loop lags past ``degraded_after_lag_s``
-  no Hello is admitted at all: the nodes already attached keep their acks,
-  and the newcomers come back once the lag had time to clear (a saturated
-  leader starves its own keepalive thread of the GIL; the heartbeat bench's
-  ``--overload`` lost a lease at 3,200 nodes joining without this).
+  return together. While the replica is saturated, no Hello is admitted at
+  all: its process used ``defer_hellos_above_cpu`` of a core or more over
+  the last second, or its event loop lags past ``degraded_after_lag_s``. The
+  nodes already attached keep their acks, and newcomers come back later. A
+  saturated leader starves its own keepalive thread of the GIL: the heartbeat
+  bench's ``--overload`` lost the lease at 3,200-4,400 nodes joining, with
+  keepalives timing out while the loop itself showed little lag.
 - :class:`SessionCap` / :class:`ConcurrencyCap` count open Sessions and
   orchestrator RPCs in flight; past the cap the shell answers
   RESOURCE_EXHAUSTED.
@@ -61,8 +63,13 @@ class AdmissionSettings:
         max_outbound_messages: messages queued for one Session at most; a
             Session whose agent does not read is closed (RESOURCE_EXHAUSTED).
         degraded_after_lag_s: event-loop lag from which the leader reports
-            itself degraded.
+            itself degraded (and admits no Hello).
         resign_after_lag_s: event-loop lag from which the leader resigns.
+        defer_hellos_above_cpu: CPU the replica's process used over the last
+            second, in cores, from which it admits no Hello (a Python process
+            with one event loop saturates near 1.0). Off (infinite) here, for
+            in-process servers whose process runs other work too; ``lazarus
+            coordinator`` sets 0.85 (``--defer-hellos-above-cpu``).
     """
 
     hello_rate_per_s: float = 500.0
@@ -72,9 +79,15 @@ class AdmissionSettings:
     max_outbound_messages: int = 10_000
     degraded_after_lag_s: float = 0.5
     resign_after_lag_s: float = 5.0
+    defer_hellos_above_cpu: float = math.inf
 
     def __post_init__(self) -> None:
-        for name in ("hello_rate_per_s", "degraded_after_lag_s", "resign_after_lag_s"):
+        for name in (
+            "hello_rate_per_s",
+            "degraded_after_lag_s",
+            "resign_after_lag_s",
+            "defer_hellos_above_cpu",
+        ):
             if not getattr(self, name) > 0:
                 raise AdmissionError(f"{name} must be positive")
         for name in ("hello_burst", "max_sessions", "max_concurrent_rpcs", "max_outbound_messages"):
@@ -93,38 +106,45 @@ class HelloAdmission:
     """
 
     def __init__(
-        self, rate_per_s: float, burst: int, degraded_after_lag_s: float = math.inf
+        self,
+        rate_per_s: float,
+        burst: int,
+        degraded_after_lag_s: float = math.inf,
+        defer_above_cpu: float = math.inf,
     ) -> None:
         if rate_per_s <= 0 or burst < 1:
             raise AdmissionError("rate_per_s must be positive and burst at least 1")
-        if not degraded_after_lag_s > 0:
-            raise AdmissionError("degraded_after_lag_s must be positive")
+        if not degraded_after_lag_s > 0 or not defer_above_cpu > 0:
+            raise AdmissionError("degraded_after_lag_s and defer_above_cpu must be positive")
         self._degraded_after_lag_s = degraded_after_lag_s
+        self._defer_above_cpu = defer_above_cpu
         self._rate_per_s = rate_per_s
         self._burst = float(burst)
         self._tokens = float(burst)
         self._last_s = -math.inf
         self._deferred_until_s = -math.inf
 
-    def admit(self, now_s: float, lag_s: float = 0.0) -> float:
+    def admit(self, now_s: float, lag_s: float = 0.0, cpu: float = 0.0) -> float:
         """Judge one Hello arriving at ``now_s``.
 
         Args:
             now_s: the caller's clock, seconds (non-decreasing).
             lag_s: how late the event loop runs its callbacks now, seconds.
+            cpu: cores the process used over the last second.
 
         Returns:
             0.0 when admitted; otherwise the delay in seconds after which the
             agent should come back (deferred Hellos are spread one token
             apart, so they return at the admitted rate). While ``lag_s`` is at
-            or past ``degraded_after_lag_s`` every Hello is deferred, by at
-            least :data:`DEGRADED_RETRY_S` or twice the lag.
+            or past ``degraded_after_lag_s``, or ``cpu`` at or past
+            ``defer_above_cpu``, every Hello is deferred, by at least
+            :data:`DEGRADED_RETRY_S` or twice the lag.
         """
         if self._last_s != -math.inf:
             elapsed_s = max(0.0, now_s - self._last_s)
             self._tokens = min(self._burst, self._tokens + elapsed_s * self._rate_per_s)
         self._last_s = max(now_s, self._last_s)
-        if lag_s >= self._degraded_after_lag_s:
+        if lag_s >= self._degraded_after_lag_s or cpu >= self._defer_above_cpu:
             slot_s = max(self._deferred_until_s, now_s + max(DEGRADED_RETRY_S, 2.0 * lag_s))
             self._deferred_until_s = slot_s + 1.0 / self._rate_per_s
             return slot_s - now_s

@@ -9,39 +9,18 @@ processes by pid itself.
 from __future__ import annotations
 
 import json
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from bench_support import run_quick
 
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "failover_bench.py"
 BOUND_S = 150
 
 
 @pytest.mark.timeout(BOUND_S + 30)
 def test_quick_benchmark_writes_both_modes(tmp_path: Path) -> None:
     out = tmp_path / "failover.json"
-    readme = BENCH.parent / "README.md"
-    before = readme.read_text() if readme.exists() else None
-    proc = subprocess.Popen(
-        [sys.executable, str(BENCH), "--quick", "--out", str(out)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        stdout, stderr = proc.communicate(timeout=BOUND_S)
-    except subprocess.TimeoutExpired:
-        proc.send_signal(signal.SIGTERM)  # the benchmark cleans up on SIGTERM
-        try:
-            stdout, stderr = proc.communicate(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            stdout, stderr = proc.communicate()
-        pytest.fail(f"benchmark ran over {BOUND_S} s:\n{stdout}\n{stderr}")
-    assert proc.returncode == 0, stdout + stderr
+    run_quick("failover_bench.py", out, BOUND_S)
     result = json.loads(out.read_text())
     assert result["trials_per_signal"] == 2
     modes = result["modes"]
@@ -57,5 +36,3 @@ def test_quick_benchmark_writes_both_modes(tmp_path: Path) -> None:
     assert modes["sigkill"]["limit_s"] == result["lease_ttl_s"] + 1
     assert modes["sigterm"]["limit_s"] == 1
     assert result["etcdctl_elect_listen"]["shows_new_leader"] is True
-    # --quick never rewrites the recorded table
-    assert (readme.read_text() if readme.exists() else None) == before

@@ -11,37 +11,18 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from bench_support import run_quick
 
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "leader_change_bench.py"
 BOUND_S = 90
 
 
 @pytest.mark.timeout(BOUND_S + 40)
 def test_quick_benchmark_no_false_dead(tmp_path: Path) -> None:
     out = tmp_path / "leader_change.json"
-    readme = BENCH.parent / "README.md"
-    before = readme.read_text() if readme.exists() else None
-    proc = subprocess.Popen(
-        [sys.executable, str(BENCH), "--quick", "--out", str(out)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        stdout, stderr = proc.communicate(timeout=BOUND_S)
-    except subprocess.TimeoutExpired:
-        proc.send_signal(signal.SIGTERM)  # the benchmark cleans up on SIGTERM
-        try:
-            stdout, stderr = proc.communicate(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            stdout, stderr = proc.communicate()
-        pytest.fail(f"benchmark ran over {BOUND_S} s:\n{stdout}\n{stderr}")
+    run_quick("leader_change_bench.py", out, BOUND_S)
     result = json.loads(out.read_text())
     assert result["config"]["nodes"] == 50
     assert set(result["trials"]) == {"sigkill", "sigterm"}
@@ -61,6 +42,3 @@ def test_quick_benchmark_no_false_dead(tmp_path: Path) -> None:
         assert t["final_not_alive"] == 0, t
     assert result["trials"]["sigkill"][0]["old_leader_exit_code"] == -signal.SIGKILL
     assert all(s["passed"] for s in result["summary"].values())
-    assert proc.returncode == 0, stdout + stderr
-    # --quick never rewrites the recorded table
-    assert (readme.read_text() if readme.exists() else None) == before

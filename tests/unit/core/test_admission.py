@@ -35,3 +35,10 @@ def test_without_a_bound_lag_does_not_matter() -> None:
 def test_settings_out_of_range_are_refused() -> None:
     with pytest.raises(AdmissionError):
         HelloAdmission(rate_per_s=1.0, burst=1, degraded_after_lag_s=0.0)
+
+
+def test_no_hello_is_admitted_while_the_process_is_saturated() -> None:
+    bucket = HelloAdmission(rate_per_s=100.0, burst=100, defer_above_cpu=0.85)
+    assert bucket.admit(0.0, cpu=0.84) == 0.0
+    assert bucket.admit(0.0, cpu=0.85) == pytest.approx(DEGRADED_RETRY_S)
+    assert bucket.admit(2.0, cpu=0.3) == 0.0  # load fell: admitted again

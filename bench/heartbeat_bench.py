@@ -166,6 +166,12 @@ class SimNode:
             self.call = self._open()
 
     async def _attempt_write(self, incarnation: str) -> None:
+        # A replica deferring Hellos may end the call before the write (grpc #36066):
+        # the status is read next, as the agent does.
+        with contextlib.suppress(grpc.aio.AioRpcError, asyncio.InvalidStateError):
+            await self._write_hello(incarnation)
+
+    async def _write_hello(self, incarnation: str) -> None:
         await self.call.write(
             agent_pb2.AgentMessage(
                 hello=agent_pb2.Hello(
@@ -181,8 +187,13 @@ class SimNode:
         try:
             async with asyncio.timeout(30):
                 return 0.0, await self.call.read()
-        except grpc.aio.AioRpcError as exc:  # deferred with an abort (UNAVAILABLE)
-            if exc.code() not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED):
+        except grpc.aio.AioRpcError as exc:
+            # Deferred with an abort (UNAVAILABLE), or grpc-python failed the call
+            # around the server's early end (#36066: INTERNAL "from Core"): retry.
+            if exc.code() in (
+                grpc.StatusCode.FAILED_PRECONDITION,
+                grpc.StatusCode.INVALID_ARGUMENT,
+            ):
                 raise
             return 0.2, grpc.aio.EOF
         except TimeoutError:  # no answer at all in 30 s: a leader far past capacity
@@ -251,6 +262,7 @@ class Worker:
     sent: int = 0
     deferred: int = 0
     not_admitted: int = 0
+    next_index: int = 0
 
     def ended(self, node_id: str, why: str) -> None:
         """A node's stream ended (counted once per node, by its reader or its writer)."""
@@ -260,7 +272,8 @@ class Worker:
 
     async def add(self, count: int, concurrency: int = HELLO_CONCURRENCY) -> None:
         gate = asyncio.Semaphore(concurrency)
-        first = len(self.nodes)
+        first = self.next_index  # never reuse the id of a node kept out earlier
+        self.next_index += count
 
         async def one(index: int) -> SimNode | None:
             node = SimNode(self, self.address, f"{self.prefix}-{index:05d}")

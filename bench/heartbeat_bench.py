@@ -1004,6 +1004,7 @@ def overload_readme(steps: list[Step], result: dict[str, Any]) -> str:
         )
     other = result["other_load"]
     concurrent = f" Other benchmarks ran on the same cores: {other}." if other else ""
+    asked = ",".join(str(st.nodes + st.nodes_not_admitted) for st in steps)
     return f"""## Past capacity: the leader keeps leading (`heartbeat_bench.py --overload`)
 
 [hardening] item 3. The setup of the heartbeat bench above (one real coordinator,
@@ -1021,7 +1022,7 @@ kept out ("kept out": still deferred after {HELLO_DEADLINE_S:g} s) and the
 attached nodes keep their acks.{concurrent}
 
 Measured {result["date"]} at commit `{result["commit"]}`;
-`.venv/bin/python bench/heartbeat_bench.py --overload {",".join(str(s.nodes) for s in steps)}`;
+`.venv/bin/python bench/heartbeat_bench.py --overload {asked}`;
 raw figures in `bench/results/heartbeat-overload.json`.
 
 {chr(10).join(rows)}

@@ -455,6 +455,11 @@ class _Drill:
             work_ms = max(self.work_ms, 25.0)
             lines = min(demo_app.MAX_SPAN_LINES, int(DUPLICATE_S * 1500 / work_ms))
             return self.n_tasks, lines, work_ms, 20
+        if scenario == "redis-loss":
+            # Tasks outlast two kills, the Redis restart and the wait for the re-ship,
+            # so the second victim still runs its tasks when it is killed.
+            work_ms = max(self.work_ms, 60.0)
+            return self.n_tasks, min(demo_app.MAX_SPAN_LINES, 500), work_ms, 20
         if scenario == "partition-heal":
             # Journal only, local durability (no wait on Redis stalls a cut-off owner)
             # and tasks that outlast the DEAD verdict: only the self-fence stops the
@@ -854,8 +859,13 @@ class _Drill:
                 break
             await asyncio.sleep(0.25)
         by_agent = self._reshipped(at)
+        running: dict[str, int] = {}
+        for t in await c.list_tasks():
+            if t.state == records_pb2.TASK_STATE_RUNNING:
+                running[t.owner_node_id] = running.get(t.owner_node_id, 0) + 1
         live = [a for a in c.agents if a.alive and a.name not in netns_agent | {first.name}]
-        second = max(live, key=lambda a: by_agent.get(a.name, 0))
+        # The agent with the most running tasks among those that re-shipped.
+        second = max(live, key=lambda a: (by_agent.get(a.name, 0) > 0, running.get(a.name, 0)))
         second.kill()
         r.fault = (
             f"SIGKILL {first.name}; Redis SIGKILLed and restarted empty (AOF deleted); "

@@ -28,7 +28,7 @@ Series:
   (a task resumed from a checkpoint older than one its record shows
   replicated, which must stay 0, or a task failed with
   ``TASK_ERROR_CODE_DATA_LOSS`` because Redis lost its acknowledged
-  checkpoint and no store held it; ``node_agent/redisloss.py``),
+  checkpoint and no store held it; ``node_agent/core/redisloss.py``),
   ``lazarus_replayed_journal_events_total``,
   ``lazarus_work_redone_seconds`` (histogram, upper bound per resumed task),
   ``lazarus_task_interruption_seconds`` (histogram: owner lost -> resumed),

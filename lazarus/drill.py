@@ -824,7 +824,7 @@ class _Drill:
         from scratch. The live agents see the new generation marker and
         re-ship their tasks from their local stores; the second victim's tasks
         then resume from that re-shipped state with nothing redone
-        (``node_agent/redisloss.py``).
+        (``node_agent/core/redisloss.py``).
         """
         c = self.cluster
         redis = c.redis

@@ -98,8 +98,10 @@ from coordinator.core.events import (
 from coordinator.core.records import NodeState, TaskSpec, TaskState
 from coordinator.core.settings import CoreSettings
 from lazarus.v1 import agent_pb2, records_pb2
+from node_agent import convert as agent_convert
 from node_agent import core as agent_core
 from node_agent.core import AgentCore
+from node_agent.core import records as agent_records
 
 __all__ = [
     "FleetConfig",
@@ -274,6 +276,7 @@ class _Proc:
     secret: bytes
     store: _Store
     core: AgentCore
+    hello: agent_pb2.Hello
     rate: float
     offset: float
     extra: bool = False
@@ -432,7 +435,7 @@ class FleetSimulation:
             store_previous_incarnation=store.previous,
         )
         hello.capacity.slots = 4
-        core = AgentCore(node_id, incarnation, fence_lead_s=self.config.fence_lead_s, hello=hello)
+        core = AgentCore(node_id, incarnation, fence_lead_s=self.config.fence_lead_s)
         drift = self.config.clock_drift
         proc = _Proc(
             pid=self._pids,
@@ -441,12 +444,13 @@ class FleetSimulation:
             secret=bytes(hello.incarnation_secret),
             store=store,
             core=core,
+            hello=hello,
             rate=self.rng.uniform(1.0 - drift, 1.0 + drift),
             offset=self.rng.uniform(0.0, 1000.0),
             extra=extra,
         )
         self.procs.append(proc)
-        self._agent_exec(proc, core.restore(dict(store.metas)))
+        self._agent_exec(proc, core.restore(*agent_convert.decode_metas(dict(store.metas))))
         self._proc_at(proc, self.now + self.rng.uniform(0.0, 0.3), lambda: self._connect(proc))
         self._proc_at(proc, self.now + self.rng.uniform(0.0, 0.1), lambda: self._agent_tick(proc))
         return proc
@@ -498,14 +502,14 @@ class FleetSimulation:
             if not proc.alive:
                 return
             if isinstance(cmd, agent_core.Send):
-                self._send_up(proc, cmd.message)
+                self._send_up(proc, agent_convert.agent_message_to_pb(cmd.message, proc.hello))
             elif isinstance(cmd, agent_core.PersistMeta):
-                proc.store.metas[cmd.task_id] = cmd.meta.encode()
+                proc.store.metas[cmd.task_id] = agent_convert.encode_meta(cmd.meta)
             elif isinstance(cmd, agent_core.ForgetTask):
                 proc.store.metas.pop(cmd.task_id, None)
                 proc.store.checkpoints.pop(cmd.task_id, None)
             elif isinstance(cmd, agent_core.StartTask):
-                self._start_task(proc, cmd.assign)
+                self._start_task(proc, agent_convert.assign_to_pb(cmd.assign))
             elif isinstance(cmd, agent_core.StopTask):
                 self._stop_task(proc, cmd.task_id, cmd.epoch)
             elif isinstance(cmd, agent_core.CloseSession):
@@ -539,7 +543,8 @@ class FleetSimulation:
         stream.up_at = stream.down_at = self.now
         leader.streams[stream.sid] = stream
         proc.stream = stream
-        self._send_up(proc, proc.core.hello(self._local(proc), self._wall_ms(proc)))
+        hello = proc.core.hello(self._local(proc), self._wall_ms(proc))
+        self._send_up(proc, agent_convert.hello_to_pb(hello, proc.hello))
 
     def _send_up(self, proc: _Proc, message: agent_pb2.AgentMessage) -> None:
         stream = proc.stream
@@ -555,7 +560,9 @@ class FleetSimulation:
         proc = stream.proc
         if stream.broken or proc.stream is not stream:
             return
-        msg = agent_pb2.CoordinatorMessage.FromString(raw)
+        msg = agent_convert.coordinator_message_from_pb(
+            agent_pb2.CoordinatorMessage.FromString(raw)
+        )
         self._agent_exec(proc, proc.core.on_message(msg, self._local(proc), self._wall_ms(proc)))
 
     def _agent_stream_ended(self, stream: _Stream) -> None:
@@ -603,14 +610,14 @@ class FleetSimulation:
                 f"below the acknowledged replicated checkpoint {acked}"
             )
         run.seq = seq
-        started = agent_pb2.TaskUpdate.Started()
-        if seq:
-            started.resumed_from.CopyFrom(self._summary(task_id, epoch, seq))
+        started = agent_records.Started(
+            resumed_from=self._summary(task_id, epoch, seq) if seq else None
+        )
         self._agent_exec(proc, proc.core.task_started(task_id, epoch, started, self._wall_ms(proc)))
         self._schedule_step(proc, run)
 
-    def _summary(self, task_id: str, epoch: int, seq: int) -> records_pb2.CheckpointSummary:
-        return records_pb2.CheckpointSummary(
+    def _summary(self, task_id: str, epoch: int, seq: int) -> agent_records.CheckpointSummary:
+        return agent_records.CheckpointSummary(
             checkpoint_ref=f"{task_id}@{seq}", task_id=task_id, epoch=epoch, seq=seq
         )
 
@@ -645,7 +652,7 @@ class FleetSimulation:
         del proc.runs[task_id]
         self._stop_executing(proc, task_id)
         payload = task_id.encode()
-        result = records_pb2.TaskResult(payload=payload, size_bytes=len(payload))
+        result = agent_records.TaskResult(payload=payload, size_bytes=len(payload))
         self._agent_exec(
             proc,
             proc.core.task_finished(

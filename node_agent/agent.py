@@ -40,6 +40,7 @@ from tenacity import wait_random_exponential
 from lazarus import __version__
 from lazarus.storage.keys import fork_key, fork_records_key
 from lazarus.v1 import agent_pb2, agent_pb2_grpc, records_pb2
+from node_agent import convert
 from node_agent.checkpoint import CheckpointStore
 from node_agent.core import (
     AgentCore,
@@ -53,8 +54,8 @@ from node_agent.core import (
     StartTask,
     StopTask,
 )
+from node_agent.core.redisloss import generation_reset
 from node_agent.metrics import AgentMetrics
-from node_agent.redisloss import generation_reset
 from node_agent.replication import RedisCheckpointReplica, ReplicationObserver, Replicator
 from node_agent.runner import TaskRunner
 from node_agent.sdk import Agent, ServiceContext
@@ -99,7 +100,7 @@ MAX_RETRY_AFTER_S = 10.0
 """Longest pause a NotLeader's retry_after_ms can impose before the next dial."""
 
 REDIS_GENERATION_CHECK_S = 2.0
-"""How often the agent reads Redis's dataset marker (node_agent/redisloss.py), seconds."""
+"""How often the agent reads Redis's dataset marker (node_agent/core/redisloss.py), seconds."""
 
 DIRECTIVE_BATCH = 64
 """Most leader messages stepped through the core as one batch (the lock is held
@@ -206,7 +207,6 @@ class NodeAgent:
             settings.node_id,
             self.incarnation,
             fence_lead_s=settings.fence_lead_s,
-            hello=hello,
             unsafe_disable_self_fence=_unsafe_disable_self_fence(),
         )
         self._lock = asyncio.Lock()
@@ -288,8 +288,9 @@ class NodeAgent:
             slots=s.slots,
         )
         metas = await self._store.aio.metas()
+        readable, unreadable = convert.decode_metas(metas)
         async with self._lock:
-            await self._execute(self.core.restore(metas))
+            await self._execute(self.core.restore(readable, unreadable))
         held = sum(1 for t in metas)
         _log.info(
             "node agent %s (incarnation %s) starting: %d task(s) held in %s, app %s (%s)",
@@ -399,7 +400,7 @@ class NodeAgent:
             await asyncio.sleep(TICK_S)
 
     async def _redis_generation_loop(self) -> None:
-        """Read Redis's dataset marker; when it changed, re-ship every task (redisloss.py)."""
+        """Read Redis's dataset marker; when it changed, re-ship every task (core/redisloss.py)."""
         seen: str | None = None
         while True:
             current: str | None = None
@@ -461,7 +462,9 @@ class NodeAgent:
                 call = stub.Session()
                 self._call = call
                 async with self._lock:
-                    hello = self.core.hello(self._now(), self._wall_ms())
+                    hello = convert.hello_to_pb(
+                        self.core.hello(self._now(), self._wall_ms()), self._hello
+                    )
                 # A follower answers NotLeader and ends the call at once, maybe
                 # before our Hello is written: read on even when the write fails.
                 self._close_requested.clear()
@@ -516,7 +519,10 @@ class NodeAgent:
                             # this loop) and an ack yields only notices. Waiting behind
                             # hundreds of queued task reports would fence a healthy node.
                             now, wall = self._now(), self._wall_ms()
-                            await self._execute(self.core.on_message(msg, now, wall))
+                            step = self.core.on_message(
+                                convert.coordinator_message_from_pb(msg), now, wall
+                            )
+                            await self._execute(step)
                             continue
                         if body == "welcome":
                             welcomed = True
@@ -592,7 +598,9 @@ class NodeAgent:
             async with self._lock:
                 commands: list[Command] = []
                 for msg in batch:
-                    commands += self.core.on_message(msg, self._now(), self._wall_ms())
+                    commands += self.core.on_message(
+                        convert.coordinator_message_from_pb(msg), self._now(), self._wall_ms()
+                    )
                 await self._execute_batch(commands)
 
     async def _execute_batch(self, commands: list[Command]) -> None:
@@ -609,7 +617,10 @@ class NodeAgent:
         assert self._store is not None
         last = {c.task_id: c for c in metas}
         await asyncio.gather(
-            *(self._store.aio.put_meta(c.task_id, c.meta.encode()) for c in last.values())
+            *(
+                self._store.aio.put_meta(c.task_id, convert.encode_meta(c.meta))
+                for c in last.values()
+            )
         )
         await self._execute([c for c in commands if not isinstance(c, PersistMeta)])
 
@@ -626,16 +637,16 @@ class NodeAgent:
         for cmd in commands:
             if isinstance(cmd, Send):
                 if self._outbound is not None:
-                    self._outbound.put_nowait(cmd.message)
+                    self._outbound.put_nowait(convert.agent_message_to_pb(cmd.message))
             elif isinstance(cmd, PersistMeta):
                 assert self._store is not None
-                await self._store.aio.put_meta(cmd.task_id, cmd.meta.encode())
+                await self._store.aio.put_meta(cmd.task_id, convert.encode_meta(cmd.meta))
             elif isinstance(cmd, ForgetTask):
                 assert self._store is not None
                 await self._store.aio.forget(cmd.task_id)
             elif isinstance(cmd, StartTask):
                 assert runner is not None
-                runner.start(cmd.assign)
+                runner.start(convert.assign_to_pb(cmd.assign))
             elif isinstance(cmd, StopTask):
                 assert runner is not None
                 self._spawn(runner.stop(cmd.task_id, cmd.epoch, flush=cmd.flush))
@@ -864,11 +875,18 @@ class NodeAgent:
             _log.info("task %s started at epoch %d", task_id, epoch, extra={"lazarus": fields})
         # Lock-free like progress: it only queues a Started update (a Send), and a
         # burst of restores must not queue hundreds of waiters ahead of the clock.
-        await self._execute(self.core.task_started(task_id, epoch, started, self._wall_ms()))
+        await self._execute(
+            self.core.task_started(
+                task_id, epoch, convert.started_from_pb(started), self._wall_ms()
+            )
+        )
 
     async def progress(self, task_id: str, epoch: int, **fields: Any) -> None:
         # task_progress only updates the core's view (it returns no commands); a
         # synchronous call is atomic here, so it need not queue for the lock.
+        checkpoint = fields.get("checkpoint")
+        if checkpoint is not None:
+            fields["checkpoint"] = convert.checkpoint_from_pb(checkpoint)
         await self._execute(self.core.task_progress(task_id, epoch, **fields))
 
     async def finished(
@@ -886,9 +904,11 @@ class NodeAgent:
                 self.core.task_finished(
                     task_id,
                     epoch,
-                    result=result,
-                    error=error,
-                    final_checkpoint=final_checkpoint,
+                    result=convert.result_from_pb(result) if result is not None else None,
+                    error=convert.error_from_pb(error) if error is not None else None,
+                    final_checkpoint=convert.checkpoint_from_pb(final_checkpoint)
+                    if final_checkpoint is not None
+                    else None,
                     run_ms=run_ms,
                     wall_ms=self._wall_ms(),
                 )
@@ -907,7 +927,9 @@ class NodeAgent:
                 self.core.task_stopped(
                     task_id,
                     epoch,
-                    checkpoint=checkpoint,
+                    checkpoint=convert.checkpoint_from_pb(checkpoint)
+                    if checkpoint is not None
+                    else None,
                     journal_seq=journal_seq,
                     wall_ms=self._wall_ms(),
                 )

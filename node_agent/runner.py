@@ -52,9 +52,16 @@ from node_agent.checkpoint import (
     StoredCheckpoint,
 )
 from node_agent.core import Ownership
+from node_agent.core.redisloss import DataLoss, judge_resume
+from node_agent.core.restore import (
+    LocalHead,
+    RemoteHead,
+    Source,
+    plan_restore,
+    resume_without_redis,
+)
 from node_agent.isolation import Worker, WorkerDied, WorkerPool, stop_run
 from node_agent.metrics import AgentMetrics
-from node_agent.redisloss import DataLoss, judge_resume
 from node_agent.replication import (
     ClaimBatcher,
     Outcome,
@@ -679,7 +686,7 @@ class TaskRunner:
                 raise
             except Exception as exc:
                 has_local = local_ckpt is not None or bool(local.events)
-                if reattach and has_local:
+                if resume_without_redis(reattach=reattach, has_local=has_local):
                     _log.warning(
                         "task %s: Redis unreachable (%s); resuming from local state it owns",
                         task_id,
@@ -693,18 +700,27 @@ class TaskRunner:
                         exc,
                     )
                 await asyncio.sleep(self.redis_retry_s)
-        source: Literal["local", "redis"] = "local"
-        remote_ahead = remote is not None and (
-            remote.ckpt_seq > (local_ckpt.seq if local_ckpt else 0) or remote.journal_seq > local_j
+        plan = plan_restore(
+            LocalHead(
+                checkpoint_seq=local_ckpt.seq if local_ckpt else 0,
+                journal_seq=local_j,
+                has_state=local_ckpt is not None or bool(local.events),
+            ),
+            RemoteHead(
+                checkpoint_seq=remote.ckpt_seq,
+                covers_journal_seq=remote.covers_journal_seq,
+                journal_seq=remote.journal_seq,
+                event_seqs=tuple(ev.seq for ev in remote.events),
+            )
+            if remote is not None
+            else None,
         )
-        if remote is not None and remote_ahead:
-            events = []
-            previous = remote.covers_journal_seq
-            for ev in remote.events:
-                if ev.seq != previous + 1:
-                    break
-                events.append(AdoptedEvent(ev.seq, ev.epoch, ev.payload))
-                previous = ev.seq
+        source: Literal["local", "redis"] = "redis" if plan.source is Source.REDIS else "local"
+        if remote is not None and plan.source is Source.REDIS:
+            events = [
+                AdoptedEvent(ev.seq, ev.epoch, ev.payload)
+                for ev in remote.events[: plan.adopt_events]
+            ]
             ck = remote.checkpoint
             adopted = (
                 AdoptedCheckpoint(
@@ -726,8 +742,7 @@ class TaskRunner:
                 )
             local = await self.store.aio.recover(task_id)
             local_ckpt = local.checkpoint
-            source = "redis"
-        elif remote is not None or (local_ckpt is not None or local.events):
+        elif plan.catch_up:
             # Local is newer than (or equal to) Redis: ship what Redis lacks.
             await self._catch_up(run, local_ckpt, local.events, remote)
         run.journal_seq = (
@@ -800,7 +815,7 @@ class TaskRunner:
         asyncio.ensure_future(self._reship(run)).add_done_callback(_log_failure)
 
     async def _reship(self, run: _Run) -> None:
-        """Ship the newest local checkpoint and the journal after it again (see redisloss.py).
+        """Ship the newest local checkpoint and the journal after it again (see core/redisloss.py).
 
         Redis skips what it still holds (writes are idempotent per epoch and
         seq), so this only restores what it lost: the task's replicated state

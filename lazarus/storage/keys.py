@@ -14,7 +14,7 @@ Redis between installations.
 - ``lazarus:{T}:record:<cluster>``: an archived TaskRecord (coordinator, retention).
 - ``lazarus:archive:<cluster>:node:<node id>``: an archived NodeRecord (coordinator).
 - ``<prefix>:generation``: a random id set once per Redis dataset (``SET NX``);
-  agents that see it change re-ship their tasks (``node_agent/redisloss.py``).
+  agents that see it change re-ship their tasks (``node_agent/core/redisloss.py``).
 """
 
 from __future__ import annotations

@@ -141,7 +141,7 @@ local n = tonumber(ARGV[6])
 -- A gap: the item's first event is past the journal head + 1 and no checkpoint
 -- in the item covers the hole. Items of a task are written in order, so Redis
 -- lost what came before (a restart without persistence, a lagging replica's
--- failover); the writer re-ships its local state (node_agent/redisloss.py).
+-- failover); the writer re-ships its local state (node_agent/core/redisloss.py).
 -- Reported by the first write past the hole only (the events are stored, so
 -- the head moves on); the re-ship is kept and retried until Redis takes it.
 local gap = '0'
@@ -505,7 +505,7 @@ class RedisCheckpointReplica:
         One ``SET <prefix>:generation <uuid4> NX`` and a ``GET`` in a MULTI: the
         first caller after Redis started empty creates the marker, every later
         caller reads the same one. A change between two reads means the data
-        Redis held before is gone (see :func:`node_agent.redisloss.generation_reset`).
+        Redis held before is gone (see :func:`node_agent.core.redisloss.generation_reset`).
 
         Returns:
             The marker (32 hex digits).

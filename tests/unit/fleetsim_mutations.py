@@ -23,7 +23,8 @@ from lazarus import fleetsim
 from lazarus.fleetsim import FleetConfig
 from lazarus.v1 import agent_pb2
 from node_agent import core as agent_core
-from node_agent.core import AgentCore, SlotState
+from node_agent.core import AgentCore, SessionState, SlotState
+from node_agent.core import records as agent_records
 
 MUTATION_SEEDS = 200
 
@@ -60,7 +61,7 @@ def _never_fence(mp: pytest.MonkeyPatch) -> None:
 
 def _fence_from_newest_heartbeat(mp: pytest.MonkeyPatch) -> None:
     def deadline(self: AgentCore) -> float | None:
-        if not self._armed:
+        if not self._session.armed:
             return None
         due = self._acked_send_s + self._interval_s
         if self._unacked:
@@ -73,7 +74,7 @@ def _fence_from_newest_heartbeat(mp: pytest.MonkeyPatch) -> None:
 def _fence_from_ack_arrival(mp: pytest.MonkeyPatch) -> None:
     original = AgentCore._on_ack
 
-    def on_ack(self: AgentCore, ack: agent_pb2.HeartbeatAck, now: float) -> list[Any]:
+    def on_ack(self: AgentCore, ack: agent_records.HeartbeatAck, now: float) -> list[Any]:
         out = original(self, ack, now)
         if out:
             self._acked_send_s = now  # the ack's arrival, not the heartbeat's send time
@@ -88,7 +89,8 @@ def _disarm_on_session_close(mp: pytest.MonkeyPatch) -> None:
 
     def closed(self: AgentCore, now: float, reason: str) -> list[Any]:
         out = original(self, now, reason)
-        self._armed = False  # "no Session, nothing to fence against"
+        if self._session is SessionState.RECONNECTING:
+            self._session = SessionState.IDLE  # "no Session, nothing to fence against"
         return out
 
     mp.setattr(AgentCore, "on_session_closed", closed)
@@ -101,14 +103,21 @@ def _ignore_revoke(mp: pytest.MonkeyPatch) -> None:
 def _resume_before_welcome(mp: pytest.MonkeyPatch) -> None:
     original = AgentCore.restore
 
-    def restore(self: AgentCore, metas: dict[str, bytes]) -> list[Any]:
-        out = original(self, metas)
+    def restore(
+        self: AgentCore,
+        metas: dict[str, Any],
+        unreadable: dict[str, str] | None = None,
+    ) -> list[Any]:
+        out = original(self, metas, unreadable)
         for task_id in sorted(self._slots):
             slot = self._slots[task_id]
             if slot.state is SlotState.PAUSED:
-                assign = agent_pb2.Assign(task_id=task_id, epoch=slot.epoch, attempt=slot.attempt)
-                assign.spec.kind = slot.kind
-                assign.spec.payload = bytes([8])
+                wire = agent_pb2.Assign(task_id=task_id, epoch=slot.epoch, attempt=slot.attempt)
+                wire.spec.kind = slot.kind
+                wire.spec.payload = bytes([8])
+                assign = agent_records.Assign(
+                    task_id, slot.epoch, slot.attempt, slot.kind, wire=wire.SerializeToString()
+                )
                 out += self._start(slot, assign)
         return out
 

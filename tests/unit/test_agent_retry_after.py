@@ -9,23 +9,23 @@ from __future__ import annotations
 
 from test_agent_core import Driver
 
-from lazarus.v1 import agent_pb2
 from node_agent.core import CloseSession
+from node_agent.core import records as rec
 
 
 def test_not_leader_without_a_leader_carries_the_retry_delay() -> None:
     d = Driver()
     d.hello()
-    nl = agent_pb2.NotLeader(leader_address="", retry_after_ms=200)
-    out = d.msg(agent_pb2.CoordinatorMessage(not_leader=nl))
+    nl = rec.NotLeader(leader_address="", retry_after_ms=200)
+    out = d.msg(nl)
     assert out == [CloseSession(out[0].reason, "", retry_after_s=0.2)]
 
 
 def test_a_deferred_hello_names_the_same_leader_and_the_delay() -> None:
     d = Driver()
     d.hello()
-    nl = agent_pb2.NotLeader(leader_id="c1", leader_address="10.0.0.1:7000", retry_after_ms=1500)
-    out = d.msg(agent_pb2.CoordinatorMessage(not_leader=nl))
+    nl = rec.NotLeader(leader_id="c1", leader_address="10.0.0.1:7000", retry_after_ms=1500)
+    out = d.msg(nl)
     assert len(out) == 1
     assert isinstance(out[0], CloseSession)
     assert (out[0].redirect, out[0].retry_after_s) == ("10.0.0.1:7000", 1.5)

@@ -1,12 +1,17 @@
 """The pure packages stay pure: no IO, no clocks, no global randomness, no wire stubs.
 
-Every module under ``coordinator/core/`` and ``reconcile/`` is parsed with
-``ast`` (never imported) and refused when it imports asyncio, grpc, aetcd,
-redis, time, socket, threading, subprocess, os or datetime (or a submodule),
-anything from ``lazarus.v1``, the ``random`` module itself, or calls a
-``random.<function>``. ``from random import Random`` stays allowed: an
-injected ``Random(seed)`` instance, or the type of one. Failures name the file
-and the line.
+One checker for every sans-IO package (DESIGN.md §2): ``coordinator/core/``,
+``node_agent/core/`` and ``reconcile/`` (and ``lazarus/fleetsim.py``, from
+``test_fleetsim.py``). Every module is parsed with ``ast`` (never imported)
+and refused when it imports asyncio, grpc, aetcd, redis, time, socket,
+threading, multiprocessing, subprocess, os, datetime, uuid or secrets (or a
+submodule), anything from ``lazarus.v1``, the ``random`` module itself; when
+it uses ``random.<x>``, ``time.<x>`` or ``os.<x>``; or calls ``__import__``,
+``open``, ``eval`` or ``exec``. ``uuid`` is out because ``uuid4`` reads
+``os.urandom`` (the ``crdts`` types default to it, so every clock the
+reconcile package hands them carries a fixed uuid). ``from random import
+Random`` stays allowed: an injected ``Random(seed)`` instance, or the type of
+one. Failures name the file and the line.
 """
 
 from __future__ import annotations
@@ -17,9 +22,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PURE_PACKAGES = ("coordinator/core", "reconcile")
-PURE_MODULES = ("node_agent/redisloss.py",)
-"""Pure modules outside those packages (the agent's decisions, until [core] moves them)."""
+PURE_PACKAGES = ("coordinator/core", "node_agent/core", "reconcile")
 FORBIDDEN_MODULES = frozenset(
     {
         "asyncio",
@@ -30,10 +33,16 @@ FORBIDDEN_MODULES = frozenset(
         "socket",
         "threading",
         "subprocess",
+        "multiprocessing",
         "os",
         "datetime",
+        "uuid",
+        "secrets",
     }
 )
+FORBIDDEN_ATTRIBUTES = frozenset({"random", "time", "os"})
+"""Modules whose attributes a pure module may not use even when reached without an import."""
+FORBIDDEN_CALLS = frozenset({"__import__", "open", "eval", "exec"})
 
 
 def _is_forbidden(module: str) -> str | None:
@@ -79,15 +88,16 @@ def violations(source: str, filename: str) -> list[str]:
         elif (
             isinstance(node, ast.Attribute)
             and isinstance(node.value, ast.Name)
-            and node.value.id == "random"
+            and node.value.id in FORBIDDEN_ATTRIBUTES
         ):
-            report(node, f"uses random.{node.attr} (global randomness)")
+            what = "global randomness" if node.value.id == "random" else "IO or a clock"
+            report(node, f"uses {node.value.id}.{node.attr} ({what})")
         elif (
             isinstance(node, ast.Call)
             and isinstance(node.func, ast.Name)
-            and node.func.id == "__import__"
+            and node.func.id in FORBIDDEN_CALLS
         ):
-            report(node, "calls __import__")
+            report(node, f"calls {node.func.id}")
     return found
 
 
@@ -95,15 +105,23 @@ def pure_modules() -> list[Path]:
     files: list[Path] = []
     for package in PURE_PACKAGES:
         files += sorted((ROOT / package).rglob("*.py"))
-    files += [ROOT / module for module in PURE_MODULES]
     return files
 
 
 def test_the_pure_packages_exist_and_have_modules() -> None:
     names = {p.relative_to(ROOT).as_posix() for p in pure_modules()}
-    assert "coordinator/core/core.py" in names
-    assert "reconcile/__init__.py" in names
-    assert all((ROOT / module).is_file() for module in PURE_MODULES)
+    assert {
+        "coordinator/core/core.py",
+        "node_agent/core/core.py",
+        "node_agent/core/records.py",
+        "node_agent/core/redisloss.py",
+        "reconcile/__init__.py",
+        "reconcile/vclock.py",
+        "reconcile/hlc.py",
+        "reconcile/versioned.py",
+        "reconcile/documents.py",
+        "reconcile/antientropy.py",
+    } <= names
 
 
 @pytest.mark.parametrize("path", pure_modules(), ids=lambda p: p.relative_to(ROOT).as_posix())
@@ -131,6 +149,14 @@ def test_module_is_pure(path: Path) -> None:
         ("from lazarus import v1", "m.py:1: imports the wire stubs"),
         ("x = 1\ny = random.random()", "m.py:2: uses random.random"),
         ("m = __import__('time')", "m.py:1: calls __import__"),
+        ("import multiprocessing", "m.py:1: imports multiprocessing"),
+        ("from uuid import uuid4", "m.py:1: imports uuid"),
+        ("import secrets", "m.py:1: imports secrets"),
+        ("from time import monotonic", "m.py:1: imports time"),
+        ("t = time.monotonic()", "m.py:1: uses time.monotonic"),
+        ("p = os.getpid()", "m.py:1: uses os.getpid"),
+        ("f = open('x')", "m.py:1: calls open"),
+        ("eval('1')", "m.py:1: calls eval"),
     ],
 )
 def test_the_checker_catches(source: str, expected: str) -> None:
@@ -147,6 +173,8 @@ def test_the_checker_catches(source: str, expected: str) -> None:
         "from . import records",
         "import math, enum, dataclasses, heapq",
         "from lazarus import settings",
+        "import json, math, bisect",
+        "from crdts import CounterSet",
     ],
 )
 def test_the_checker_allows(source: str) -> None:

@@ -1,10 +1,10 @@
-"""The pure rules of node_agent/redisloss.py: when a resume would silently lose progress."""
+"""The pure rules of node_agent/core/redisloss.py: when a resume would silently lose progress."""
 
 from __future__ import annotations
 
 import pytest
 
-from node_agent.redisloss import DataLoss, generation_reset, judge_resume
+from node_agent.core.redisloss import DataLoss, generation_reset, judge_resume
 
 
 @pytest.mark.parametrize(

@@ -26,6 +26,7 @@ import taskpath_workers
 from lazarus.v1 import agent_pb2, records_pb2
 from node_agent.checkpoint import CheckpointStore
 from node_agent.core import AgentCore, Ownership
+from node_agent.core import records as rec
 from node_agent.metrics import AgentMetrics
 from node_agent.replication import Outcome, ReplicationItem, ReplicationResult
 from node_agent.runner import RESULT_LABEL, TaskRunner
@@ -41,18 +42,12 @@ from node_agent.sdk import (
 # ------------------------------------------------------------------ the core
 
 
-def _welcome() -> agent_pb2.CoordinatorMessage:
-    return agent_pb2.CoordinatorMessage(
-        welcome=agent_pb2.Welcome(
-            term=1, leader_id="c1", heartbeat_interval_ms=500, fence_after_ms=2000
-        )
-    )
+def _welcome() -> rec.Welcome:
+    return rec.Welcome(term=1, leader_id="c1", heartbeat_interval_ms=500, fence_after_ms=2000)
 
 
 def _ack(core: AgentCore, seq: int, now: float) -> None:
-    core.on_message(
-        agent_pb2.CoordinatorMessage(heartbeat_ack=agent_pb2.HeartbeatAck(seq=seq)), now, 0
-    )
+    core.on_message(rec.HeartbeatAck(seq=seq), now, 0)
 
 
 def test_no_ownership_before_the_first_welcome() -> None:

@@ -43,14 +43,40 @@ heartbeat lists the tasks it runs with their epochs.
 from __future__ import annotations
 
 import enum
-import json
 import math
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from google.protobuf.message import DecodeError
-
-from lazarus.v1 import agent_pb2, records_pb2
+from .records import (
+    AgentMessage,
+    Assign,
+    Checkpointed,
+    CheckpointSummary,
+    Completed,
+    CoordinatorMessage,
+    Drain,
+    Failed,
+    Heartbeat,
+    HeartbeatAck,
+    HeldTask,
+    HeldTaskStatus,
+    Hello,
+    LineageAck,
+    NotLeader,
+    Release,
+    Released,
+    Revoke,
+    RevokeReason,
+    Started,
+    TaskError,
+    TaskProgress,
+    TaskResult,
+    TaskUpdate,
+    TaskUpdateAck,
+    UpdateOutcome,
+    Welcome,
+)
 
 __all__ = [
     "AgentCore",
@@ -62,6 +88,7 @@ __all__ = [
     "PersistMeta",
     "ReportLineage",
     "Send",
+    "SessionState",
     "SlotState",
     "StartTask",
     "StopReason",
@@ -82,6 +109,26 @@ class StopReason(enum.Enum):
     SHUTDOWN = "shutdown"  # the agent is stopping
 
 
+class SessionState(enum.Enum):
+    """Where this process stands with the leader (what may run follows from it).
+
+    ``IDLE`` -(Welcome)-> ``OPEN`` -(Session ends, NotLeader)-> ``RECONNECTING``
+    -(Welcome)-> ``OPEN``; from ``OPEN`` or ``RECONNECTING`` the fence deadline
+    passing -> ``FENCED`` -(Welcome)-> ``OPEN``. Tasks may run in ``OPEN`` and
+    ``RECONNECTING`` (until the fence deadline); nothing starts outside ``OPEN``.
+    """
+
+    IDLE = "idle"  # no Welcome yet in this process: nothing may run
+    OPEN = "open"  # a Welcome arrived on the current Session
+    RECONNECTING = "reconnecting"  # the Session ended; tasks run until the fence deadline
+    FENCED = "fenced"  # paused everything at the fence; wait for a new Welcome
+
+    @property
+    def armed(self) -> bool:
+        """Tasks may run: a Welcome came and no fence since."""
+        return self in (SessionState.OPEN, SessionState.RECONNECTING)
+
+
 class SlotState(enum.Enum):
     """A task's state on this node."""
 
@@ -92,67 +139,24 @@ class SlotState(enum.Enum):
     DETACHED = "detached"  # revoked; local lineage kept, never listed again
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class TaskMeta:
     """What survives a restart about a task (``CheckpointStore.put_meta``).
+
+    The shell stores it with ``node_agent.convert.encode_meta`` (JSON, the
+    update as serialized protobuf) and reads it back with ``decode_meta``.
 
     Attributes:
         epoch, attempt, kind: of the newest assignment here.
         state: a ``SlotState`` value.
-        update: the unacked terminal TaskUpdate (serialized, hex) or "".
+        update: the unacked terminal TaskUpdate, or None.
     """
 
     epoch: int
     attempt: int
     kind: str
     state: str
-    update: str = ""
-
-    def encode(self) -> bytes:
-        """JSON bytes."""
-        return json.dumps(
-            {
-                "epoch": self.epoch,
-                "attempt": self.attempt,
-                "kind": self.kind,
-                "state": self.state,
-                "update": self.update,
-            },
-            sort_keys=True,
-        ).encode()
-
-    @classmethod
-    def decode(cls, raw: bytes) -> TaskMeta:
-        """Inverse of ``encode``.
-
-        Raises:
-            ValueError: not a TaskMeta (names the field).
-        """
-        try:
-            d = json.loads(raw)
-        except (ValueError, RecursionError) as exc:  # JSONDecodeError, UnicodeDecodeError
-            raise ValueError(f"meta: not JSON: {exc}") from exc
-        if not isinstance(d, dict):
-            raise ValueError("meta: not an object")
-        for name, kind in (
-            ("epoch", int),
-            ("attempt", int),
-            ("kind", str),
-            ("state", str),
-            ("update", str),
-        ):
-            if name not in d:
-                raise ValueError(f"meta.{name}: missing")
-            value = d[name]
-            # bool is an int subclass; a float, a string or an object is not a count.
-            if not isinstance(value, kind) or isinstance(value, bool):
-                raise ValueError(f"meta.{name}: expected {kind.__name__}, got {value!r:.40}")
-            if isinstance(value, int) and value < 0:
-                raise ValueError(f"meta.{name}: negative {value}")
-        meta = cls(d["epoch"], d["attempt"], d["kind"], d["state"], d["update"])
-        if meta.state not in {s.value for s in SlotState}:
-            raise ValueError(f"meta.state: unknown {meta.state!r}")
-        return meta
+    update: TaskUpdate | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,14 +199,14 @@ class Ownership:
 class Send:
     """Send ``message`` on the current Session (drop it when there is none)."""
 
-    message: agent_pb2.AgentMessage
+    message: AgentMessage
 
 
 @dataclass(frozen=True, slots=True)
 class StartTask:
     """Start (or resume) the handler of ``assign``; report ``task_started`` / ``task_finished``."""
 
-    assign: agent_pb2.Assign
+    assign: Assign
 
 
 @dataclass(frozen=True, slots=True)
@@ -285,19 +289,45 @@ Command = (
 
 
 @dataclass(slots=True)
+class _Progress:
+    """A task's progress as the core tracks it (a Heartbeat lists it as ``TaskProgress``)."""
+
+    checkpoint_seq: int = 0
+    covers_journal_seq: int = 0
+    replicated_checkpoint_seq: int = 0
+    journal_seq: int = 0
+    replicated_journal_seq: int = 0
+    progress_ratio: float = 0.0
+    progress_message: str = ""
+
+    def record(self, task_id: str, epoch: int) -> TaskProgress:
+        return TaskProgress(
+            task_id=task_id,
+            epoch=epoch,
+            checkpoint_seq=self.checkpoint_seq,
+            covers_journal_seq=self.covers_journal_seq,
+            replicated_checkpoint_seq=self.replicated_checkpoint_seq,
+            journal_seq=self.journal_seq,
+            replicated_journal_seq=self.replicated_journal_seq,
+            progress_ratio=self.progress_ratio,
+            progress_message=self.progress_message,
+        )
+
+
+@dataclass(slots=True)
 class _Slot:
     task_id: str
     epoch: int
     attempt: int
     kind: str
     state: SlotState
-    assign: agent_pb2.Assign | None = None
+    assign: Assign | None = None
     stop_reason: StopReason | None = None
-    pending_assign: agent_pb2.Assign | None = None
+    pending_assign: Assign | None = None
     release_move_id: str = ""
-    update: agent_pb2.TaskUpdate | None = None  # unacked terminal update
-    progress: agent_pb2.TaskProgress = field(default_factory=agent_pb2.TaskProgress)
-    checkpoint: records_pb2.CheckpointSummary | None = None
+    update: TaskUpdate | None = None  # unacked terminal update
+    progress: _Progress = field(default_factory=_Progress)
+    checkpoint: CheckpointSummary | None = None
     report_due: bool = False
     forget_on_stop: bool = False
     lost_to_epoch: int = 0  # the epoch that superseded ours (revoke / Redis refusal)
@@ -305,8 +335,7 @@ class _Slot:
     revoke_seen: bool = False  # the leader confirmed the loss (else Hello still lists it)
 
     def meta(self) -> TaskMeta:
-        update = self.update.SerializeToString().hex() if self.update is not None else ""
-        return TaskMeta(self.epoch, self.attempt, self.kind, self.state.value, update)
+        return TaskMeta(self.epoch, self.attempt, self.kind, self.state.value, self.update)
 
 
 class AgentCore:
@@ -317,7 +346,6 @@ class AgentCore:
         incarnation: unique per process start.
         fence_lead_s: start pausing this long before the fence deadline, seconds.
         progress_report_interval_s: least time between two Checkpointed updates of a task.
-        hello: static Hello fields (address, capacity, labels, kinds, agent_version).
         unsafe_disable_self_fence: never self-fence (UNSAFE: a cut-off agent keeps
             running tasks the leader moves), neither in the tick nor in the
             handler's ownership check. Only for the drills' mutation test,
@@ -331,7 +359,6 @@ class AgentCore:
         *,
         fence_lead_s: float = 0.5,
         progress_report_interval_s: float = 1.0,
-        hello: agent_pb2.Hello | None = None,
         unsafe_disable_self_fence: bool = False,
     ) -> None:
         if not node_id:
@@ -343,10 +370,8 @@ class AgentCore:
         self.fence_lead_s = fence_lead_s
         self.unsafe_disable_self_fence = unsafe_disable_self_fence
         self.progress_report_interval_s = progress_report_interval_s
-        self._hello_base = hello or agent_pb2.Hello()
         self._slots: dict[str, _Slot] = {}
-        self._open = False  # a Welcome arrived on the current Session
-        self._fenced = False  # paused everything; wait for a new Welcome
+        self._session = SessionState.IDLE
         self._interval_s = 0.5
         self._fence_after_s = 2.0
         self._term = 0
@@ -358,21 +383,25 @@ class AgentCore:
         self._update_seq = 0
         self._updates: dict[int, str] = {}  # update_seq -> task_id of terminal updates
         self._next_report_s = 0.0
-        self._armed = False  # tasks may run: a Welcome came and no fence since
         self._fenced_deadline_s: float | None = None  # the deadline of the newest fence
         self._shutting_down = False
 
     # ------------------------------------------------------------------ views
 
     @property
+    def session(self) -> SessionState:
+        """Where this process stands with the leader."""
+        return self._session
+
+    @property
     def session_open(self) -> bool:
         """True between a Welcome and the Session's end."""
-        return self._open
+        return self._session is SessionState.OPEN
 
     @property
     def fenced(self) -> bool:
         """True from a self-fence until the next Welcome."""
-        return self._fenced
+        return self._session is SessionState.FENCED
 
     @property
     def term(self) -> int:
@@ -394,7 +423,7 @@ class AgentCore:
 
     def fence_deadline(self) -> float | None:
         """Monotonic time by which every task must be paused, or None when nothing may run."""
-        if not self._armed:
+        if not self._session.armed:
             return None
         due = self._acked_send_s + self._interval_s
         if self._unacked:
@@ -406,37 +435,39 @@ class AgentCore:
         if self.unsafe_disable_self_fence:
             return Ownership(math.inf)  # the mutation turns the whole self-fence off, here too
         deadline = self.fence_deadline()
-        if deadline is None and self._fenced:
+        if deadline is None and self._session is SessionState.FENCED:
             return Ownership(self._fenced_deadline_s, fenced=True)
         return Ownership(deadline)
 
     # --------------------------------------------------------------- restart
 
-    def restore(self, metas: dict[str, bytes]) -> list[Command]:
+    def restore(
+        self, metas: Mapping[str, TaskMeta], unreadable: Mapping[str, str] | None = None
+    ) -> list[Command]:
         """Rebuild the task table from the store after a restart (before any Hello).
 
+        ``metas`` are the stored metas the shell could decode; ``unreadable``
+        names the others (task id -> why), reported and skipped, never fatal.
         A task that was running is PAUSED now (its handler died with the old
         process); an unacked terminal update is kept to be sent again.
-        Unreadable metas are reported and skipped, never fatal.
         """
-        out: list[Command] = []
-        for task_id, raw in sorted(metas.items()):
+        out: list[Command] = [
+            Notice("meta_unreadable", {"task_id": task_id, "error": error})
+            for task_id, error in sorted((unreadable or {}).items())
+        ]
+        for task_id, meta in sorted(metas.items()):
             try:
-                meta = TaskMeta.decode(raw)
-            except ValueError as exc:
-                out.append(Notice("meta_unreadable", {"task_id": task_id, "error": str(exc)}))
+                state = SlotState(meta.state)
+            except ValueError:
+                out.append(
+                    Notice(
+                        "meta_unreadable", {"task_id": task_id, "error": f"state {meta.state!r}"}
+                    )
+                )
                 continue
-            state = SlotState(meta.state)
             if state is SlotState.DETACHED:
                 continue
-            update = None
-            if meta.update:
-                update = agent_pb2.TaskUpdate()
-                try:
-                    update.ParseFromString(bytes.fromhex(meta.update))
-                except (ValueError, DecodeError) as exc:
-                    out.append(Notice("meta_unreadable", {"task_id": task_id, "error": str(exc)}))
-                    update = None
+            update = meta.update if meta.update is not None and meta.update.terminal else None
             if state in (SlotState.RUNNING, SlotState.STOPPING):
                 state = SlotState.PAUSED
             if state is SlotState.DONE and update is None:
@@ -447,39 +478,34 @@ class AgentCore:
 
     # ---------------------------------------------------------------- session
 
-    def hello(self, now: float, wall_ms: int) -> agent_pb2.AgentMessage:
+    def hello(self, now: float, wall_ms: int) -> Hello:
         """The Hello to open a Session with: every task still held, with its status."""
         self._hello_sent_s = now
-        hello = agent_pb2.Hello()
-        hello.CopyFrom(self._hello_base)
-        hello.node_id = self.node_id
-        hello.incarnation = self.incarnation
-        hello.protocol_version = PROTOCOL_VERSION
+        held: list[HeldTask] = []
         for slot in sorted(self._slots.values(), key=lambda s: s.task_id):
             status = _held_status(slot)
             if status is None:
                 continue
-            held = hello.held_tasks.add(
-                task_id=slot.task_id,
-                epoch=slot.epoch,
-                attempt=slot.attempt,
-                kind=slot.kind,
-                status=status,
-                journal_seq=slot.progress.journal_seq,
-                replicated_journal_seq=slot.progress.replicated_journal_seq,
-                replicated_checkpoint_seq=slot.progress.replicated_checkpoint_seq,
+            held.append(
+                HeldTask(
+                    task_id=slot.task_id,
+                    epoch=slot.epoch,
+                    attempt=slot.attempt,
+                    kind=slot.kind,
+                    status=status,
+                    checkpoint=slot.checkpoint,
+                    journal_seq=slot.progress.journal_seq,
+                    replicated_journal_seq=slot.progress.replicated_journal_seq,
+                    replicated_checkpoint_seq=slot.progress.replicated_checkpoint_seq,
+                )
             )
-            if slot.checkpoint is not None:
-                held.checkpoint.CopyFrom(slot.checkpoint)
-        return agent_pb2.AgentMessage(hello=hello)
+        return Hello(self.node_id, self.incarnation, PROTOCOL_VERSION, tuple(held))
 
-    def on_welcome(self, welcome: agent_pb2.Welcome, now: float, wall_ms: int) -> list[Command]:
+    def on_welcome(self, welcome: Welcome, now: float, wall_ms: int) -> list[Command]:
         """The leader accepted our Hello: start heartbeating, resend unacked outcomes."""
         out: list[Command] = []
-        self._open = True
-        self._armed = True
-        was_fenced = self._fenced
-        self._fenced = False
+        was_fenced = self._session is SessionState.FENCED
+        self._session = SessionState.OPEN
         self._term = welcome.term
         if welcome.heartbeat_interval_ms:
             self._interval_s = welcome.heartbeat_interval_ms / 1000.0
@@ -509,48 +535,47 @@ class AgentCore:
 
     def on_session_closed(self, now: float, reason: str) -> list[Command]:
         """The Session ended (either side). Tasks keep running until the fence says stop."""
-        self._open = False
+        self._lapse()
         self._updates.clear()
         return [Notice("session_closed", {"reason": reason})]
 
-    def on_message(
-        self, msg: agent_pb2.CoordinatorMessage, now: float, wall_ms: int
-    ) -> list[Command]:
+    def on_message(self, msg: CoordinatorMessage, now: float, wall_ms: int) -> list[Command]:
         """One message from the leader on the open Session."""
-        body = msg.WhichOneof("body")
-        if body == "welcome":
-            return self.on_welcome(msg.welcome, now, wall_ms)
-        if body == "not_leader":
-            nl = msg.not_leader
-            self._open = False
+        if isinstance(msg, Welcome):
+            return self.on_welcome(msg, now, wall_ms)
+        if isinstance(msg, NotLeader):
+            self._lapse()
             return [
                 CloseSession(
-                    f"not the leader (leader {nl.leader_id!r})",
-                    nl.leader_address,
-                    retry_after_s=max(0, nl.retry_after_ms) / 1000.0,
+                    f"not the leader (leader {msg.leader_id!r})",
+                    msg.leader_address,
+                    retry_after_s=max(0, msg.retry_after_ms) / 1000.0,
                 )
             ]
-        if not self._open or self._fenced:
+        if self._session is not SessionState.OPEN:
             return []  # stale directives of a Session we gave up on
-        if body == "heartbeat_ack":
-            return self._on_ack(msg.heartbeat_ack, now)
-        if body == "assign":
-            return self._on_assign(msg.assign, wall_ms)
-        if body == "revoke":
-            return self._on_revoke(msg.revoke, wall_ms)
-        if body == "release":
-            return self._on_release(msg.release)
-        if body == "drain":
-            d = msg.drain
-            return [Notice("drain", {"drain_id": d.drain_id, "cancelled": d.cancelled})]
-        if body == "task_update_ack":
-            return self._on_update_ack(msg.task_update_ack, wall_ms)
-        if body == "lineage_ack":
-            la = msg.lineage_ack
-            return [Notice("fork_recorded", {"fork_id": la.fork_id, "task_id": la.task_id})]
-        return [Notice("ignored_message", {"body": body or ""})]
+        if isinstance(msg, HeartbeatAck):
+            return self._on_ack(msg, now)
+        if isinstance(msg, Assign):
+            return self._on_assign(msg, wall_ms)
+        if isinstance(msg, Revoke):
+            return self._on_revoke(msg, wall_ms)
+        if isinstance(msg, Release):
+            return self._on_release(msg)
+        if isinstance(msg, Drain):
+            return [Notice("drain", {"drain_id": msg.drain_id, "cancelled": msg.cancelled})]
+        if isinstance(msg, TaskUpdateAck):
+            return self._on_update_ack(msg, wall_ms)
+        if isinstance(msg, LineageAck):
+            return [Notice("fork_recorded", {"fork_id": msg.fork_id, "task_id": msg.task_id})]
+        return [Notice("ignored_message", {"body": getattr(msg, "body", "")})]
 
-    def _on_ack(self, ack: agent_pb2.HeartbeatAck, now: float) -> list[Command]:
+    def _lapse(self) -> None:
+        """The Session ended: tasks run on until the fence deadline (IDLE, FENCED stay)."""
+        if self._session is SessionState.OPEN:
+            self._session = SessionState.RECONNECTING
+
+    def _on_ack(self, ack: HeartbeatAck, now: float) -> list[Command]:
         sent = self._unacked.get(ack.seq)
         if sent is None:
             return []
@@ -571,45 +596,46 @@ class AgentCore:
             and not self.unsafe_disable_self_fence
         ):
             return self._fence(now, deadline)
-        if not self._open or self._fenced:
+        if self._session is not SessionState.OPEN:
             return out
         if now >= self._next_hb_s:
             self._hb_seq += 1
-            hb = agent_pb2.Heartbeat(
-                seq=self._hb_seq, sent_at_unix_ms=wall_ms, sent_at_monotonic_ms=int(now * 1000)
+            tasks = tuple(
+                slot.progress.record(slot.task_id, slot.epoch)
+                for slot in sorted(self._slots.values(), key=lambda s: s.task_id)
+                if slot.state in (SlotState.RUNNING, SlotState.STOPPING)
             )
-            running = 0
-            for slot in sorted(self._slots.values(), key=lambda s: s.task_id):
-                if slot.state in (SlotState.RUNNING, SlotState.STOPPING):
-                    running += 1
-                    p = hb.tasks.add()
-                    p.CopyFrom(slot.progress)
-                    p.task_id = slot.task_id
-                    p.epoch = slot.epoch
-            hb.load.running_tasks = running
-            hb.load.used_slots = running
+            hb = Heartbeat(
+                seq=self._hb_seq,
+                sent_at_unix_ms=wall_ms,
+                sent_at_monotonic_ms=int(now * 1000),
+                tasks=tasks,
+                running_tasks=len(tasks),
+                used_slots=len(tasks),
+            )
             self._unacked[self._hb_seq] = now
             self._next_hb_s = now + self._interval_s
-            out.append(Send(agent_pb2.AgentMessage(heartbeat=hb)))
+            out.append(Send(hb))
         if now >= self._next_report_s:
             self._next_report_s = now + self.progress_report_interval_s
             for slot in sorted(self._slots.values(), key=lambda s: s.task_id):
                 if slot.report_due and slot.state is SlotState.RUNNING and slot.checkpoint:
                     slot.report_due = False
-                    update = agent_pb2.TaskUpdate(task_id=slot.task_id, epoch=slot.epoch)
-                    update.checkpointed.checkpoint.CopyFrom(slot.checkpoint)
-                    update.checkpointed.journal_seq = slot.progress.journal_seq
-                    update.checkpointed.replicated_journal_seq = (
-                        slot.progress.replicated_journal_seq
+                    update = TaskUpdate(
+                        slot.task_id,
+                        slot.epoch,
+                        Checkpointed(
+                            slot.checkpoint,
+                            journal_seq=slot.progress.journal_seq,
+                            replicated_journal_seq=slot.progress.replicated_journal_seq,
+                        ),
                     )
                     out.append(self._send_update(slot, update, wall_ms, terminal=False))
         return out
 
     def _fence(self, now: float, deadline: float) -> list[Command]:
-        self._fenced = True
+        self._session = SessionState.FENCED
         self._fenced_deadline_s = deadline
-        self._armed = False
-        self._open = False
         out: list[Command] = []
         stopped = []
         for slot in sorted(self._slots.values(), key=lambda s: s.task_id):
@@ -640,7 +666,7 @@ class AgentCore:
 
     # -------------------------------------------------------------- directives
 
-    def _on_assign(self, a: agent_pb2.Assign, wall_ms: int) -> list[Command]:
+    def _on_assign(self, a: Assign, wall_ms: int) -> list[Command]:
         slot = self._slots.get(a.task_id)
         if slot is not None:
             if a.epoch < slot.epoch:
@@ -662,33 +688,33 @@ class AgentCore:
                     slot.stop_reason = StopReason.SUPERSEDED
                     return [StopTask(slot.task_id, slot.epoch, StopReason.SUPERSEDED)]
                 return []
-        slot = _Slot(a.task_id, a.epoch, a.attempt, a.spec.kind, SlotState.RUNNING)
+        slot = _Slot(a.task_id, a.epoch, a.attempt, a.kind, SlotState.RUNNING)
         self._slots[a.task_id] = slot
         return self._start(slot, a)
 
-    def _start(self, slot: _Slot, a: agent_pb2.Assign) -> list[Command]:
+    def _start(self, slot: _Slot, a: Assign) -> list[Command]:
         slot.epoch = a.epoch
         slot.attempt = a.attempt
-        slot.kind = a.spec.kind
+        slot.kind = a.kind
         slot.state = SlotState.RUNNING
         slot.assign = a
         slot.stop_reason = None
         slot.pending_assign = None
         slot.update = None
-        slot.progress = agent_pb2.TaskProgress()
+        slot.progress = _Progress()
         slot.checkpoint = None  # the handler reports what it resumed from (task_started)
         slot.report_due = False  # never report an older incarnation's checkpoint at this epoch
         return [PersistMeta(slot.task_id, slot.meta()), StartTask(a)]
 
-    def _on_revoke(self, r: agent_pb2.Revoke, wall_ms: int) -> list[Command]:
+    def _on_revoke(self, r: Revoke, wall_ms: int) -> list[Command]:
         slot = self._slots.get(r.task_id)
         if slot is None or slot.epoch > r.epoch:
             return []
         slot.revoke_seen = True
         keep = r.reason not in (
-            agent_pb2.REVOKE_REASON_CANCELLED,
-            agent_pb2.REVOKE_REASON_FINISHED,
-            agent_pb2.REVOKE_REASON_UNKNOWN_TASK,
+            RevokeReason.CANCELLED,
+            RevokeReason.FINISHED,
+            RevokeReason.UNKNOWN_TASK,
         )
         if keep:
             slot.lost_to_epoch = max(slot.lost_to_epoch, r.current_epoch)
@@ -699,7 +725,7 @@ class AgentCore:
                 "task_id": r.task_id,
                 "epoch": r.epoch,
                 "current_epoch": r.current_epoch,
-                "reason": agent_pb2.RevokeReason.Name(r.reason),
+                "reason": f"REVOKE_REASON_{RevokeReason(r.reason).name}",
                 "owner": r.current_owner_node_id,
             },
         )
@@ -737,7 +763,7 @@ class AgentCore:
             )
         return out
 
-    def _on_release(self, r: agent_pb2.Release) -> list[Command]:
+    def _on_release(self, r: Release) -> list[Command]:
         slot = self._slots.get(r.task_id)
         if slot is None or slot.epoch != r.epoch or slot.state is not SlotState.RUNNING:
             return [Notice("release_ignored", {"task_id": r.task_id, "epoch": r.epoch})]
@@ -746,7 +772,7 @@ class AgentCore:
         slot.release_move_id = r.move_id
         return [StopTask(slot.task_id, slot.epoch, StopReason.RELEASED, flush=True)]
 
-    def _on_update_ack(self, ack: agent_pb2.TaskUpdateAck, wall_ms: int) -> list[Command]:
+    def _on_update_ack(self, ack: TaskUpdateAck, wall_ms: int) -> list[Command]:
         task_id = self._updates.pop(ack.update_seq, None)
         if task_id is None:
             return []
@@ -754,7 +780,7 @@ class AgentCore:
         if slot is None or slot.state is not SlotState.DONE or slot.epoch != ack.epoch:
             return []
         outcome = ack.outcome
-        if outcome in (agent_pb2.UPDATE_OUTCOME_ACCEPTED, agent_pb2.UPDATE_OUTCOME_DUPLICATE):
+        if outcome in (UpdateOutcome.ACCEPTED, UpdateOutcome.DUPLICATE):
             return self._detach(slot, forget=True)  # the leader has it; Redis has the state
         # Refused: the task is no longer ours at this epoch; keep the lineage.
         slot.revoke_seen = True  # the leader knows
@@ -763,7 +789,7 @@ class AgentCore:
                 "update_refused",
                 {
                     "task_id": task_id,
-                    "outcome": agent_pb2.UpdateOutcome.Name(outcome),
+                    "outcome": f"UPDATE_OUTCOME_{UpdateOutcome(outcome).name}",
                     "message": ack.message,
                 },
             ),
@@ -776,19 +802,18 @@ class AgentCore:
         self,
         task_id: str,
         epoch: int,
-        started: agent_pb2.TaskUpdate.Started,
+        started: Started,
         wall_ms: int,
     ) -> list[Command]:
         """The runner restored and started the handler."""
         slot = self._live(task_id, epoch)
         if slot is None:
             return []
-        if started.HasField("resumed_from"):
+        if started.resumed_from is not None:
             slot.checkpoint = started.resumed_from
             slot.progress.checkpoint_seq = started.resumed_from.seq
             slot.progress.covers_journal_seq = started.resumed_from.covers_journal_seq
-        update = agent_pb2.TaskUpdate(task_id=task_id, epoch=epoch)
-        update.started.CopyFrom(started)
+        update = TaskUpdate(task_id, epoch, started)
         return [self._send_update(slot, update, wall_ms, terminal=False)]
 
     def task_progress(
@@ -796,7 +821,7 @@ class AgentCore:
         task_id: str,
         epoch: int,
         *,
-        checkpoint: records_pb2.CheckpointSummary | None = None,
+        checkpoint: CheckpointSummary | None = None,
         journal_seq: int | None = None,
         replicated_checkpoint_seq: int | None = None,
         replicated_journal_seq: int | None = None,
@@ -820,7 +845,7 @@ class AgentCore:
         ):
             p.replicated_checkpoint_seq = replicated_checkpoint_seq
             if slot.checkpoint is not None and slot.checkpoint.seq == replicated_checkpoint_seq:
-                slot.checkpoint.replicated = True
+                slot.checkpoint = replace(slot.checkpoint, replicated=True)
             slot.report_due = True
         if replicated_journal_seq is not None:
             p.replicated_journal_seq = max(p.replicated_journal_seq, replicated_journal_seq)
@@ -835,9 +860,9 @@ class AgentCore:
         task_id: str,
         epoch: int,
         *,
-        result: records_pb2.TaskResult | None = None,
-        error: records_pb2.TaskError | None = None,
-        final_checkpoint: records_pb2.CheckpointSummary | None = None,
+        result: TaskResult | None = None,
+        error: TaskError | None = None,
+        final_checkpoint: CheckpointSummary | None = None,
         run_ms: int = 0,
         wall_ms: int = 0,
     ) -> list[Command]:
@@ -847,17 +872,13 @@ class AgentCore:
         slot = self._live(task_id, epoch)
         if slot is None or slot.state is not SlotState.RUNNING:
             return [Notice("late_finish_dropped", {"task_id": task_id, "epoch": epoch})]
-        update = agent_pb2.TaskUpdate(task_id=task_id, epoch=epoch, attempt=slot.attempt)
+        change: Completed | Failed
         if result is not None:
-            update.completed.result.CopyFrom(result)
-            update.completed.run_ms = run_ms
-            if final_checkpoint is not None:
-                update.completed.final_checkpoint.CopyFrom(final_checkpoint)
+            change = Completed(result, final_checkpoint, run_ms)
         else:
             assert error is not None
-            update.failed.error.CopyFrom(error)
-            if final_checkpoint is not None:
-                update.failed.last_checkpoint.CopyFrom(final_checkpoint)
+            change = Failed(error, final_checkpoint)
+        update = TaskUpdate(task_id, epoch, change, attempt=slot.attempt)
         slot.state = SlotState.DONE
         slot.update = update
         return [PersistMeta(task_id, slot.meta()), self._send_update(slot, update, wall_ms)]
@@ -867,7 +888,7 @@ class AgentCore:
         task_id: str,
         epoch: int,
         *,
-        checkpoint: records_pb2.CheckpointSummary | None = None,
+        checkpoint: CheckpointSummary | None = None,
         journal_seq: int = 0,
         wall_ms: int = 0,
     ) -> list[Command]:
@@ -884,16 +905,17 @@ class AgentCore:
             )
         ]
         if reason is StopReason.RELEASED:
-            update = agent_pb2.TaskUpdate(task_id=task_id, epoch=epoch, attempt=slot.attempt)
-            update.released.move_id = slot.release_move_id
-            if checkpoint is not None:
-                update.released.checkpoint.CopyFrom(checkpoint)
-            update.released.journal_seq = journal_seq
+            update = TaskUpdate(
+                task_id,
+                epoch,
+                Released(slot.release_move_id, checkpoint, journal_seq),
+                attempt=slot.attempt,
+            )
             slot.state = SlotState.DONE
             slot.update = update
             out += [PersistMeta(task_id, slot.meta()), self._send_update(slot, update, wall_ms)]
             return out
-        pending = slot.pending_assign if not self._fenced else None
+        pending = slot.pending_assign if self._session is not SessionState.FENCED else None
         if reason is StopReason.REVOKED:
             forget = slot.forget_on_stop
             slot.forget_on_stop = False
@@ -959,37 +981,38 @@ class AgentCore:
         return slot
 
     def _send_update(
-        self, slot: _Slot, update: agent_pb2.TaskUpdate, wall_ms: int, *, terminal: bool = True
+        self, slot: _Slot, update: TaskUpdate, wall_ms: int, *, terminal: bool = True
     ) -> Command:
         self._update_seq += 1
-        msg = agent_pb2.TaskUpdate()
-        msg.CopyFrom(update)
-        msg.update_seq = self._update_seq
-        msg.attempt = slot.attempt
-        msg.occurred_at_unix_ms = update.occurred_at_unix_ms or wall_ms
+        msg = replace(
+            update,
+            update_seq=self._update_seq,
+            attempt=slot.attempt,
+            occurred_at_unix_ms=update.occurred_at_unix_ms or wall_ms,
+        )
         if terminal:
             self._updates[self._update_seq] = slot.task_id
-        return Send(agent_pb2.AgentMessage(task_update=msg))
+        return Send(msg)
 
 
-def _held_status(slot: _Slot) -> int | None:
+def _held_status(slot: _Slot) -> HeldTaskStatus | None:
     if slot.state is SlotState.DETACHED and not slot.revoke_seen:
         # Lost through Redis's fence, not yet through the leader: list it (at its
         # stale epoch) so the leader revokes it and records the zombie.
-        return agent_pb2.HELD_TASK_STATUS_PAUSED
+        return HeldTaskStatus.PAUSED
     if slot.state is SlotState.STOPPING and slot.stop_reason is StopReason.FENCED:
         # Being paused by a self-fence: the leader must re-attach it (it does so
         # only for PAUSED), or it would stay paused once the stop completes.
-        return agent_pb2.HELD_TASK_STATUS_PAUSED
+        return HeldTaskStatus.PAUSED
     if slot.state in (SlotState.RUNNING, SlotState.STOPPING):
-        return agent_pb2.HELD_TASK_STATUS_RUNNING
+        return HeldTaskStatus.RUNNING
     if slot.state is SlotState.PAUSED:
-        return agent_pb2.HELD_TASK_STATUS_PAUSED
+        return HeldTaskStatus.PAUSED
     if slot.state is SlotState.DONE and slot.update is not None:
-        change = slot.update.WhichOneof("change")
-        if change == "completed":
-            return agent_pb2.HELD_TASK_STATUS_COMPLETED
-        if change == "failed":
-            return agent_pb2.HELD_TASK_STATUS_FAILED
-        return agent_pb2.HELD_TASK_STATUS_RELEASED
+        change = slot.update.change
+        if isinstance(change, Completed):
+            return HeldTaskStatus.COMPLETED
+        if isinstance(change, Failed):
+            return HeldTaskStatus.FAILED
+        return HeldTaskStatus.RELEASED
     return None

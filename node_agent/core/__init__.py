@@ -1,0 +1,51 @@
+"""The node agent's decisions, sans-IO (DESIGN.md §2), as ``coordinator.core`` is the leader's.
+
+- ``core``: ``AgentCore``, the Session and task state machine (self-fence,
+  directives, updates), its commands and ``TaskMeta``;
+- ``records``: the plain records it reads and writes (``node_agent.convert``
+  turns them into protobuf at the edge);
+- ``restore``: where a task resumes from (local store vs Redis), and when
+  resuming would lose acknowledged work;
+- ``redisloss``: the rules for a Redis that lost data.
+
+Nothing here reads a clock, a socket, a file or a random source; the shared
+purity test (``tests/unit/test_core_purity.py``) checks every module.
+"""
+
+from .core import (
+    PROTOCOL_VERSION,
+    AgentCore,
+    CloseSession,
+    Command,
+    ForgetTask,
+    Notice,
+    Ownership,
+    PersistMeta,
+    ReportLineage,
+    Send,
+    SessionState,
+    SlotState,
+    StartTask,
+    StopReason,
+    StopTask,
+    TaskMeta,
+)
+
+__all__ = [
+    "PROTOCOL_VERSION",
+    "AgentCore",
+    "CloseSession",
+    "Command",
+    "ForgetTask",
+    "Notice",
+    "Ownership",
+    "PersistMeta",
+    "ReportLineage",
+    "Send",
+    "SessionState",
+    "SlotState",
+    "StartTask",
+    "StopReason",
+    "StopTask",
+    "TaskMeta",
+]

@@ -75,7 +75,7 @@ from coordinator.core import (
     Tick,
 )
 from coordinator.core.admission import AdmissionSettings, HelloAdmission
-from coordinator.core.commands import batched
+from coordinator.core.commands import merge_steps
 from coordinator.core.loadcheck import Quarantine, screen_loaded
 from coordinator.core.notices import IdentityConflict
 from coordinator.core.records import CheckpointSummary
@@ -649,41 +649,8 @@ class CoordinatorRuntime:
                         future.set_result(True)
 
     async def _run_steps(self, steps: list[list[Command]]) -> None:
-        """Run several steps' commands: all their persists first (merged), then the rest."""
-        if len(steps) == 1:
-            await self._run_locked(steps[0])
-            return
-        nodes: dict[str, NodeRecord] = {}
-        tasks: dict[str, TaskRecord] = {}
-        rest: list[Command] = []
-        retire: list[RetireRecords] = []
-        term = 0
-        for commands in steps:
-            for command in commands:
-                if isinstance(command, RetireRecords):
-                    retire.append(command)
-                elif isinstance(command, PersistNodes):
-                    term = command.term
-                    for node in command.records:
-                        nodes.pop(node.node_id, None)
-                        nodes[node.node_id] = node
-                elif isinstance(command, PersistTasks):
-                    term = command.term
-                    for task in command.records:
-                        tasks.pop(task.task_id, None)
-                        tasks[task.task_id] = task
-                else:
-                    rest.append(command)
-        for retirement in retire:  # before the persists: an id may be re-created after
-            if not await self._retire(retirement):
-                return
-        for chunk in batched(list(nodes.values())):
-            if not await self._persist(PersistNodes(term, chunk)):
-                return
-        for task_chunk in batched(list(tasks.values())):
-            if not await self._persist(PersistTasks(term, task_chunk)):
-                return
-        await self._run_locked(rest)
+        """Run several steps' commands as the core's one batch (``merge_steps``), in order."""
+        await self._run_locked(merge_steps(steps))
 
     async def _step_locked(self, event: Event) -> None:
         commands = self.core.step(event)

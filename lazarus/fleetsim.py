@@ -497,7 +497,8 @@ class FleetSimulation:
         )
 
     def _agent_exec(self, proc: _Proc, commands: list[agent_core.Command]) -> None:
-        """``Agent._execute``: the core's commands, in order."""
+        """``Agent._execute``: the core's commands, in order (checked: persist before start)."""
+        agent_core.check_command_order(commands)
         for cmd in commands:
             if not proc.alive:
                 return
@@ -505,6 +506,9 @@ class FleetSimulation:
                 self._send_up(proc, agent_convert.agent_message_to_pb(cmd.message, proc.hello))
             elif isinstance(cmd, agent_core.PersistMeta):
                 proc.store.metas[cmd.task_id] = agent_convert.encode_meta(cmd.meta)
+            elif isinstance(cmd, agent_core.PersistMetas):
+                for task_id, meta in cmd.metas:
+                    proc.store.metas[task_id] = agent_convert.encode_meta(meta)
             elif isinstance(cmd, agent_core.ForgetTask):
                 proc.store.metas.pop(cmd.task_id, None)
                 proc.store.checkpoints.pop(cmd.task_id, None)

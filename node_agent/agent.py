@@ -49,6 +49,7 @@ from node_agent.core import (
     ForgetTask,
     Notice,
     PersistMeta,
+    PersistMetas,
     ReportLineage,
     Send,
     StartTask,
@@ -587,42 +588,18 @@ class NodeAgent:
     async def _process(self, inbox: asyncio.Queue[agent_pb2.CoordinatorMessage]) -> None:
         """Apply the leader's messages in order (a CloseSession ends the reader).
 
-        Messages that arrived together are stepped through the core together and
-        their metas written in one group commit (one fsync) before any task of
-        them starts: after a node dies its tasks arrive here by the hundred.
+        Messages that arrived together are stepped through the core together
+        (``AgentCore.on_messages``): the core returns one ready batch whose metas
+        come first, written in one group commit (one fsync) before any task of
+        them starts; after a node dies its tasks arrive here by the hundred.
         """
         while True:
             batch = [await inbox.get()]
             while not inbox.empty() and len(batch) < DIRECTIVE_BATCH:
                 batch.append(inbox.get_nowait())
             async with self._lock:
-                commands: list[Command] = []
-                for msg in batch:
-                    commands += self.core.on_message(
-                        convert.coordinator_message_from_pb(msg), self._now(), self._wall_ms()
-                    )
-                await self._execute_batch(commands)
-
-    async def _execute_batch(self, commands: list[Command]) -> None:
-        """``_execute``, with every PersistMeta hoisted into one concurrent write.
-
-        Persisting a task's meta earlier than its place in the list is safe (it
-        only has to precede that task's later commands); the last meta of a task
-        wins, as in order. With a ForgetTask in the list, order is kept as is.
-        """
-        metas = [c for c in commands if isinstance(c, PersistMeta)]
-        if len(metas) < 2 or any(isinstance(c, ForgetTask) for c in commands):
-            await self._execute(commands)
-            return
-        assert self._store is not None
-        last = {c.task_id: c for c in metas}
-        await asyncio.gather(
-            *(
-                self._store.aio.put_meta(c.task_id, convert.encode_meta(c.meta))
-                for c in last.values()
-            )
-        )
-        await self._execute([c for c in commands if not isinstance(c, PersistMeta)])
+                msgs = [convert.coordinator_message_from_pb(m) for m in batch]
+                await self._execute(self.core.on_messages(msgs, self._now(), self._wall_ms()))
 
     async def _write_loop(self, call: Any, queue: asyncio.Queue[agent_pb2.AgentMessage]) -> None:
         while True:
@@ -641,6 +618,14 @@ class NodeAgent:
             elif isinstance(cmd, PersistMeta):
                 assert self._store is not None
                 await self._store.aio.put_meta(cmd.task_id, convert.encode_meta(cmd.meta))
+            elif isinstance(cmd, PersistMetas):
+                assert self._store is not None
+                await asyncio.gather(
+                    *(
+                        self._store.aio.put_meta(task_id, convert.encode_meta(meta))
+                        for task_id, meta in cmd.metas
+                    )
+                )
             elif isinstance(cmd, ForgetTask):
                 assert self._store is not None
                 await self._store.aio.forget(cmd.task_id)

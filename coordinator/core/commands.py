@@ -62,6 +62,7 @@ __all__ = [
     "StepDown",
     "batched",
     "check_command_order",
+    "merge_steps",
 ]
 
 MAX_TXN_OPS = 128
@@ -253,3 +254,56 @@ def check_command_order(commands: Sequence[Command]) -> None:
             )
         if isinstance(command, StepDown) and index != len(commands) - 1:
             raise InvariantViolation("StepDown must be the last command")
+
+
+def merge_steps(steps: Sequence[Sequence[Command]]) -> list[Command]:
+    """Several steps' commands as one Ready-style batch, for the shell to run as is.
+
+    Group commit (as raft implementations batch their log appends): every
+    ``RetireRecords`` first, then the steps' records merged (the newest value
+    of each node and task wins) into as few ``PersistNodes`` / ``PersistTasks``
+    as ``MAX_TXN_OPS`` allows, then every other command in the order the steps
+    returned them. Persisting a record earlier than its place is safe: what the
+    ordering rule protects is that nothing is sent before what it reports is in
+    etcd, and every send here still follows every persist. A StepDown ends the
+    batch (a core that stepped down returns nothing after it).
+
+    Args:
+        steps: the lists ``CoordinatorCore.step`` returned, in order; each one
+            already passed ``check_command_order``.
+
+    Returns:
+        One list; a single step's list is returned as it is.
+    """
+    if len(steps) == 1:
+        return list(steps[0])
+    retire: list[RetireRecords] = []
+    nodes: dict[str, NodeRecord] = {}
+    tasks: dict[str, TaskRecord] = {}
+    rest: list[Command] = []
+    term = 0
+    for commands in steps:
+        for command in commands:
+            if isinstance(command, RetireRecords):
+                retire.append(command)
+            elif isinstance(command, PersistNodes):
+                term = command.term
+                for node in command.records:
+                    nodes.pop(node.node_id, None)  # the newest value, at its newest place
+                    nodes[node.node_id] = node
+            elif isinstance(command, PersistTasks):
+                term = command.term
+                for task in command.records:
+                    tasks.pop(task.task_id, None)
+                    tasks[task.task_id] = task
+            else:
+                rest.append(command)
+                if isinstance(command, StepDown):
+                    break
+        else:
+            continue
+        break
+    merged: list[Command] = [*retire]
+    merged += [PersistNodes(term, chunk) for chunk in batched(list(nodes.values()))]
+    merged += [PersistTasks(term, chunk) for chunk in batched(list(tasks.values()))]
+    return merged + rest

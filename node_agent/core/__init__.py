@@ -21,6 +21,7 @@ from .core import (
     Notice,
     Ownership,
     PersistMeta,
+    PersistMetas,
     ReportLineage,
     Send,
     SessionState,
@@ -29,6 +30,8 @@ from .core import (
     StopReason,
     StopTask,
     TaskMeta,
+    check_command_order,
+    ready_batch,
 )
 
 __all__ = [
@@ -40,6 +43,7 @@ __all__ = [
     "Notice",
     "Ownership",
     "PersistMeta",
+    "PersistMetas",
     "ReportLineage",
     "Send",
     "SessionState",
@@ -48,4 +52,6 @@ __all__ = [
     "StopReason",
     "StopTask",
     "TaskMeta",
+    "check_command_order",
+    "ready_batch",
 ]

@@ -86,6 +86,7 @@ __all__ = [
     "Notice",
     "Ownership",
     "PersistMeta",
+    "PersistMetas",
     "ReportLineage",
     "Send",
     "SessionState",
@@ -94,6 +95,8 @@ __all__ = [
     "StopReason",
     "StopTask",
     "TaskMeta",
+    "check_command_order",
+    "ready_batch",
 ]
 
 PROTOCOL_VERSION = 1
@@ -246,6 +249,16 @@ class PersistMeta:
 
 
 @dataclass(frozen=True, slots=True)
+class PersistMetas:
+    """Store every meta here durably, in one group commit, before the commands after it run.
+
+    ``ready_batch`` makes one out of a batch's PersistMeta commands.
+    """
+
+    metas: tuple[tuple[str, TaskMeta], ...]
+
+
+@dataclass(frozen=True, slots=True)
 class ForgetTask:
     """Delete the task's local records (its outcome was acknowledged)."""
 
@@ -279,8 +292,64 @@ class ReportLineage:
 
 
 Command = (
-    Send | StartTask | StopTask | CloseSession | PersistMeta | ForgetTask | Notice | ReportLineage
+    Send
+    | StartTask
+    | StopTask
+    | CloseSession
+    | PersistMeta
+    | PersistMetas
+    | ForgetTask
+    | Notice
+    | ReportLineage
 )
+
+
+def ready_batch(commands: list[Command]) -> list[Command]:
+    """A batch's commands with every PersistMeta merged into one leading PersistMetas.
+
+    Like etcd/raft's ``Ready``: the shell writes the batch's state in one group
+    commit (one fsync: after a node dies its tasks arrive by the hundred), then
+    runs the rest in order. Persisting a task's meta earlier than its place is
+    safe: it only has to precede that task's later commands (its StartTask, its
+    terminal update). The newest meta of a task wins, as in order. With a
+    ForgetTask in the batch, or fewer than two metas, the list is returned as is.
+    """
+    metas = [c for c in commands if isinstance(c, PersistMeta)]
+    if len(metas) < 2 or any(isinstance(c, ForgetTask) for c in commands):
+        return commands
+    newest: dict[str, TaskMeta] = {}
+    for c in metas:
+        newest[c.task_id] = c.meta
+    rest = [c for c in commands if not isinstance(c, PersistMeta)]
+    return [PersistMetas(tuple(newest.items())), *rest]
+
+
+def check_command_order(commands: list[Command]) -> None:
+    """Check one list of the core's commands against the persist-before-start rule.
+
+    A StartTask's meta (epoch, RUNNING) is persisted earlier in the same list
+    (by a PersistMeta, or the leading PersistMetas of a batch), so a restart
+    never finds a handler that ran at an epoch the store does not know; a
+    PersistMetas is only ever first.
+
+    Raises:
+        AssertionError: the list breaks the rule (a bug in the core); names the command.
+    """
+    persisted: dict[str, TaskMeta] = {}
+    for index, c in enumerate(commands):
+        if isinstance(c, PersistMeta):
+            persisted[c.task_id] = c.meta
+        elif isinstance(c, PersistMetas):
+            if index != 0:
+                raise AssertionError(f"command {index}: PersistMetas must lead its batch")
+            persisted.update(c.metas)
+        elif isinstance(c, StartTask):
+            meta = persisted.get(c.assign.task_id)
+            if meta is None or meta.epoch != c.assign.epoch or meta.state != "running":
+                raise AssertionError(
+                    f"command {index}: StartTask {c.assign.task_id}@{c.assign.epoch} "
+                    "before its meta was persisted"
+                )
 
 
 # ---------------------------------------------------------------------------
@@ -538,6 +607,15 @@ class AgentCore:
         self._lapse()
         self._updates.clear()
         return [Notice("session_closed", {"reason": reason})]
+
+    def on_messages(
+        self, msgs: list[CoordinatorMessage], now: float, wall_ms: int
+    ) -> list[Command]:
+        """Messages that arrived together, stepped in order, as one ``ready_batch``."""
+        out: list[Command] = []
+        for msg in msgs:
+            out += self.on_message(msg, now, wall_ms)
+        return ready_batch(out)
 
     def on_message(self, msg: CoordinatorMessage, now: float, wall_ms: int) -> list[Command]:
         """One message from the leader on the open Session."""

@@ -40,12 +40,15 @@ from node_agent.core import (
     ForgetTask,
     Notice,
     PersistMeta,
+    PersistMetas,
     Send,
     SlotState,
     StartTask,
     StopReason,
     StopTask,
     TaskMeta,
+    check_command_order,
+    ready_batch,
 )
 from node_agent.core import records as rec
 
@@ -176,7 +179,9 @@ class Driver:
         return self.core.hello(self.now, wall(self.now))
 
     def msg(self, m: rec.CoordinatorMessage) -> list[Command]:
-        return self.core.on_message(m, self.now, wall(self.now))
+        out = self.core.on_message(m, self.now, wall(self.now))
+        check_command_order(out)
+        return out
 
     def tick(self) -> list[Command]:
         return self.core.tick(self.now, wall(self.now))
@@ -1088,6 +1093,7 @@ class Sim:
         return s + FENCE_S
 
     def apply(self, cmds: list[Command]) -> None:
+        check_command_order(cmds)
         if notices(cmds, "self_fence"):
             assert self.armed, "fenced while nothing could run"
             running = sorted((t, e) for t, (e, st_) in self.tasks.items() if st_ == "running")
@@ -1249,3 +1255,53 @@ def test_property_no_fence_while_every_heartbeat_is_acked_within_a_second(
     assert sim.core.session_open
     assert len(sim.core.running()) == 3
     assert sim.core.fence_deadline() is not None
+
+
+# ---------------------------------------------------------------------------
+# Ready batches: metas first, in one group commit; the order is checked
+# ---------------------------------------------------------------------------
+
+
+def test_messages_that_arrive_together_persist_every_meta_first_in_one_command() -> None:
+    d = Driver()
+    d.ack_all(d.connect())
+    out = d.core.on_messages(
+        [assign_msg("t1", 1), hb_ack_msg(99), assign_msg("t2", 4), assign_msg("t3", 2)],
+        d.now,
+        wall(d.now),
+    )
+    assert isinstance(out[0], PersistMetas)
+    assert [(task_id, m.epoch, m.state) for task_id, m in out[0].metas] == [
+        ("t1", 1, "running"),
+        ("t2", 4, "running"),
+        ("t3", 2, "running"),
+    ]
+    assert not of_type(out, PersistMeta)
+    assert starts(out) == [("t1", 1), ("t2", 4), ("t3", 2)]
+    check_command_order(out)
+
+
+def test_ready_batch_keeps_the_newest_meta_of_a_task_and_leaves_forgets_in_order() -> None:
+    m1, m2, m3 = (
+        TaskMeta(1, 1, "k", "running"),
+        TaskMeta(1, 1, "k", "done"),
+        TaskMeta(2, 1, "k", "running"),
+    )
+    batch = ready_batch(
+        [PersistMeta("a", m1), Notice("n"), PersistMeta("b", m3), PersistMeta("a", m2)]
+    )
+    assert batch == [PersistMetas((("a", m2), ("b", m3))), Notice("n")]
+    with_forget: list[Command] = [PersistMeta("a", m1), ForgetTask("a"), PersistMeta("a", m3)]
+    assert ready_batch(with_forget) == with_forget  # a forget between two metas: order matters
+    assert ready_batch([PersistMeta("a", m1)]) == [PersistMeta("a", m1)]
+
+
+def test_the_order_check_refuses_a_start_before_its_meta() -> None:
+    start = StartTask(assign_msg("t1", 2))
+    with pytest.raises(AssertionError, match="before its meta"):
+        check_command_order([start])
+    with pytest.raises(AssertionError, match="before its meta"):  # a meta of another epoch
+        check_command_order([PersistMeta("t1", TaskMeta(1, 1, "k", "running")), start])
+    with pytest.raises(AssertionError, match="lead its batch"):
+        check_command_order([Notice("n"), PersistMetas(())])
+    check_command_order([PersistMeta("t1", TaskMeta(2, 1, "k", "running")), start])

@@ -54,7 +54,9 @@ from node_agent.core import (
     Send,
     StartTask,
     StopTask,
+    lineage,
 )
+from node_agent.core.records import LineageReport
 from node_agent.core.redisloss import generation_reset
 from node_agent.metrics import AgentMetrics
 from node_agent.replication import RedisCheckpointReplica, ReplicationObserver, Replicator
@@ -222,7 +224,6 @@ class NodeAgent:
         self._redirect = ""
         self._retry_after_s = 0.0
         self._close_requested = asyncio.Event()  # the core said CloseSession
-        self._lineage_reports: dict[str, agent_pb2.AgentMessage] = {}  # fork id -> until acked
         self.shared: SharedDocuments | None = None
         """Shared CRDT documents (``node_agent.shared``), open after ``start``."""
         self._services: list[asyncio.Task[None]] = []
@@ -651,14 +652,8 @@ class NodeAgent:
 
     def _notice(self, notice: Notice) -> None:
         kind, f = notice.kind, notice.fields
-        if kind == "fork_recorded":
-            self._lineage_reports.pop(f["fork_id"], None)
-        if kind == "session_open":
-            for report in self._lineage_reports.values():  # not acked yet: again
-                if self._outbound is not None:
-                    self._outbound.put_nowait(report)
-            if self.shared is not None and self._outbound is not None:
-                self.shared.session_opened(self._outbound.put_nowait)
+        if kind == "session_open" and self.shared is not None and self._outbound is not None:
+            self.shared.session_opened(self._outbound.put_nowait)
         if kind == "heartbeat_rtt":
             self.metrics.heartbeat_rtt.observe(f["seconds"])
             return
@@ -694,23 +689,26 @@ class NodeAgent:
         assert self._redis is not None
         store = self._store.aio
         task_id = cmd.task_id
-        # Where the lineage that superseded ours started (recorded by its claim
-        # in Redis); without it, what this process saw acknowledged.
-        journal_base, ckpt_base = cmd.replicated_journal_seq, cmd.replicated_checkpoint_seq
+        bases = None
         if self._replica is not None:
             with contextlib.suppress(Exception):
                 bases = await self._replica.lineage_bases(task_id)
-                newer = sorted(e for e in bases if e > cmd.epoch)
-                if newer:
-                    journal_base, ckpt_base = bases[newer[0]]
-        infos = [i for i in await store.list(task_id) if i.seq > ckpt_base and i.epoch <= cmd.epoch]
-        events = [
-            e for e in await store.replay(task_id, after_seq=journal_base) if e.epoch <= cmd.epoch
-        ]
+        base = lineage.fork_base(
+            cmd.epoch, bases, (cmd.replicated_journal_seq, cmd.replicated_checkpoint_seq)
+        )
+        infos = {(i.seq, i.epoch): i for i in await store.list(task_id)}
+        replayed = {(e.seq, e.epoch): e for e in await store.replay(task_id, after_seq=base[0])}
         # A task whose state is a CRDT document (ctx.crdt_state): what it did at
         # the stale epoch is in its replica of task/<id> and merges into the
         # current owner's state through the shared-document reconciliation.
         crdt = self.shared is not None and self.shared.holds(f"task/{task_id}")
+        fork = lineage.select_divergent(
+            cmd.epoch,
+            base,
+            sorted(infos),
+            sorted(replayed),
+            crdt=crdt,
+        )
         if crdt:
             _log.warning(
                 "task %s revoked at epoch %d: its CRDT state merges into the current owner's",
@@ -718,18 +716,19 @@ class NodeAgent:
                 cmd.epoch,
                 extra={"lazarus": {"event": "crdt_state_merged", "task_id": task_id}},
             )
-        if not infos and not events:
+        if fork.empty:
             _log.info(
                 "task %s revoked at epoch %d: no progress beyond what Redis holds",
                 task_id,
                 cmd.epoch,
             )
             return
-        fork_id = f"{task_id}~e{cmd.epoch}~{self.settings.node_id}~{self.incarnation[:8]}"
+        fork_id = lineage.fork_id(task_id, cmd.epoch, self.settings.node_id, self.incarnation)
         report = agent_pb2.LineageReport(
             fork_id=fork_id, task_id=task_id, epoch=cmd.epoch, chunk_index=0, last=True
         )
-        for info in infos[-64:]:
+        for key in fork.reported_checkpoints:
+            info = infos[key]
             stored = await store.load(info.ref)
             report.checkpoints.add(
                 task_id=task_id,
@@ -747,7 +746,8 @@ class NodeAgent:
                 node_id=self.settings.node_id,
                 incarnation=self.incarnation,
             )
-        for event in events[-4096:]:
+        for key in fork.reported_events:
+            event = replayed[key]
             report.journal_events.add(
                 task_id=task_id,
                 epoch=event.epoch,
@@ -757,9 +757,10 @@ class NodeAgent:
                 created_at_unix_ms=event.created_at_ms,
                 node_id=self.settings.node_id,
             )
-        seqs = [e.seq for e in events]
-        head = infos[-1] if infos else None
-        fork = records_pb2.ForkRecord(
+        seqs = [seq for seq, _ in fork.events]
+        ckpt_base = base[1]
+        head = infos[fork.checkpoints[-1]] if fork.checkpoints else None
+        record = records_pb2.ForkRecord(
             fork_id=fork_id,
             task_id=task_id,
             lineage_task_id=task_id,
@@ -767,25 +768,25 @@ class NodeAgent:
             incarnation=self.incarnation,
             stale_epoch=cmd.epoch,
             current_epoch=cmd.current_epoch,
-            divergent_checkpoints=len(infos),
-            divergent_journal_events=len(events),
+            divergent_checkpoints=len(fork.checkpoints),
+            divergent_journal_events=len(fork.events),
             first_divergent_journal_seq=min(seqs, default=0),
             last_divergent_journal_seq=max(seqs, default=0),
             resolution=records_pb2.FORK_RESOLUTION_MERGED
-            if crdt
+            if fork.resolution is lineage.Resolution.MERGED
             else records_pb2.FORK_RESOLUTION_KEPT,
             detected_at_unix_ms=self._wall_ms(),
         )
-        fork.base_checkpoint.task_id = task_id
-        fork.base_checkpoint.seq = ckpt_base
+        record.base_checkpoint.task_id = task_id
+        record.base_checkpoint.seq = ckpt_base
         if head is not None:
-            fork.head_checkpoint.task_id = task_id
-            fork.head_checkpoint.seq = head.seq
-            fork.head_checkpoint.epoch = head.epoch
-            fork.head_checkpoint.checkpoint_ref = head.ref
+            record.head_checkpoint.task_id = task_id
+            record.head_checkpoint.seq = head.seq
+            record.head_checkpoint.epoch = head.epoch
+            record.head_checkpoint.checkpoint_ref = head.ref
         try:
             async with self._redis.pipeline(transaction=True) as pipe:
-                pipe.hset(fork_key(task_id), fork_id, fork.SerializeToString())
+                pipe.hset(fork_key(task_id), fork_id, record.SerializeToString())
                 pipe.set(fork_records_key(task_id, fork_id), report.SerializeToString())
                 await pipe.execute()
         except Exception as exc:  # Redis down: the lineage stays in the local store
@@ -794,8 +795,8 @@ class NodeAgent:
             "task %s: kept %d checkpoint(s) and %d journal event(s) made at stale epoch %d "
             "as fork %s (owner now at epoch %d)",
             task_id,
-            len(infos),
-            len(events),
+            len(fork.checkpoints),
+            len(fork.events),
             cmd.epoch,
             fork_id,
             cmd.current_epoch,
@@ -805,15 +806,16 @@ class NodeAgent:
                     "task_id": task_id,
                     "fork_id": fork_id,
                     "epoch": cmd.epoch,
-                    "checkpoints": len(infos),
-                    "events": len(events),
+                    "checkpoints": len(fork.checkpoints),
+                    "events": len(fork.events),
                 }
             },
         )
-        wire = lineage_wire_report(report)
-        self._lineage_reports[fork_id] = agent_pb2.AgentMessage(lineage_report=wire)
-        if self._outbound is not None and self.core.session_open:
-            self._outbound.put_nowait(self._lineage_reports[fork_id])
+        wire = lineage_wire_report(report).SerializeToString()
+        async with self._lock:
+            await self._execute(
+                self.core.lineage_ready(LineageReport(fork_id, task_id, cmd.epoch, wire))
+            )
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.create_task(coro)

@@ -300,6 +300,8 @@ def agent_message_to_pb(
         return agent_pb2.AgentMessage(task_update=task_update_to_pb(rec))
     if isinstance(rec, r.Hello):
         return hello_to_pb(rec, hello_base)
+    if isinstance(rec, r.LineageReport):
+        return agent_pb2.AgentMessage(lineage_report=agent_pb2.LineageReport.FromString(rec.wire))
     raise TypeError(f"not an agent message record: {type(rec).__name__}")
 
 

@@ -63,6 +63,7 @@ from .records import (
     HeldTaskStatus,
     Hello,
     LineageAck,
+    LineageReport,
     NotLeader,
     Release,
     Released,
@@ -454,6 +455,7 @@ class AgentCore:
         self._next_report_s = 0.0
         self._fenced_deadline_s: float | None = None  # the deadline of the newest fence
         self._shutting_down = False
+        self._forks: dict[str, LineageReport] = {}  # fork id -> report, until the leader acks it
 
     # ------------------------------------------------------------------ views
 
@@ -599,6 +601,7 @@ class AgentCore:
         for slot in sorted(self._slots.values(), key=lambda s: s.task_id):
             if slot.state is SlotState.DONE and slot.update is not None:
                 out.append(self._send_update(slot, slot.update, wall_ms))
+        out.extend(Send(report) for _, report in sorted(self._forks.items()))  # not acked yet
         out.extend(self.tick(now, wall_ms))
         return out
 
@@ -645,6 +648,8 @@ class AgentCore:
         if isinstance(msg, TaskUpdateAck):
             return self._on_update_ack(msg, wall_ms)
         if isinstance(msg, LineageAck):
+            if self._forks.pop(msg.fork_id, None) is None:
+                return []
             return [Notice("fork_recorded", {"fork_id": msg.fork_id, "task_id": msg.task_id})]
         return [Notice("ignored_message", {"body": getattr(msg, "body", "")})]
 
@@ -1017,6 +1022,23 @@ class AgentCore:
         slot.state = SlotState.PAUSED
         out.append(PersistMeta(task_id, slot.meta()))
         return out
+
+    def lineage_ready(self, report: LineageReport) -> list[Command]:
+        """The shell kept a fork (``ReportLineage``): report it, and again after each Welcome.
+
+        The report is sent now when a Session is open and kept until the
+        leader's LineageAck names its ``fork_id``; a Welcome sends every
+        report not acknowledged yet (the leader records a fork once).
+        """
+        self._forks[report.fork_id] = report
+        if self._session is SessionState.OPEN:
+            return [Send(report)]
+        return []
+
+    @property
+    def pending_forks(self) -> list[str]:
+        """Ids of the forks reported and not acknowledged yet, sorted."""
+        return sorted(self._forks)
 
     def task_lost(self, task_id: str, epoch: int, current_epoch: int) -> list[Command]:
         """Redis (or the store) refused the task's epoch: a newer owner exists. Stop it.

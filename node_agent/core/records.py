@@ -247,7 +247,22 @@ class TaskUpdate:
         return isinstance(self.change, Completed | Failed | Released)
 
 
-AgentMessage = Hello | Heartbeat | TaskUpdate
+@dataclass(frozen=True, slots=True)
+class LineageReport:
+    """A fork of a superseded owner, reported until the leader's LineageAck.
+
+    ``wire`` is the serialized ``agent.LineageReport`` the shell built from the
+    local store (without payloads): opaque here; the core keeps it to send
+    again after every Welcome until the fork is acknowledged.
+    """
+
+    fork_id: str
+    task_id: str
+    epoch: int
+    wire: bytes = b""
+
+
+AgentMessage = Hello | Heartbeat | TaskUpdate | LineageReport
 """What the core sends on the Session (``Send.message``)."""
 
 

@@ -115,6 +115,8 @@ def test_the_pure_packages_exist_and_have_modules() -> None:
         "node_agent/core/core.py",
         "node_agent/core/records.py",
         "node_agent/core/redisloss.py",
+        "node_agent/core/restore.py",
+        "node_agent/core/lineage.py",
         "reconcile/__init__.py",
         "reconcile/vclock.py",
         "reconcile/hlc.py",

@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 CONSTRAINTS := requirements/constraints.txt
 DEB_PACKAGES := etcd-server etcd-client redis-server iproute2
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
-PACKAGES := lazarus coordinator node_agent reconcile
+PACKAGES := lazarus lazarus_dev coordinator node_agent reconcile
 PYTEST_ARGS ?=
 
 .PHONY: help setup system-deps venv test lint typecheck pytest demo chaos-soak proto lock bench sim fuzz clean image container-drill
@@ -62,7 +62,7 @@ chaos-soak: setup  ## 20 seeded chaos drills of 60 s in a row (about 40 min; not
 	$(VENV)/bin/lazarus drill chaos --seed 1 --seeds 20 --duration 60 --run-dir .run/chaos
 
 proto: venv  ## regenerate lazarus/v1 stubs from proto/
-	$(PY) -m lazarus.protogen
+	$(PY) -m lazarus_dev.protogen
 
 bench: setup  ## run the benchmarks, write bench/results/*.json and bench/README.md
 	$(PY) bench/checkpoint_bench.py

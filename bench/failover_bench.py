@@ -1,6 +1,6 @@
 """Coordinator failover time: SIGKILL and SIGTERM of the leader, 3 replicas on a 3-member etcd.
 
-Starts a 3-member etcd cluster (``lazarus.localservers.EtcdCluster``) and three
+Starts a 3-member etcd cluster (``lazarus_dev.localservers.EtcdCluster``) and three
 ``lazarus coordinator`` processes, each talking to a different etcd member, all
 on 127.0.0.1. A probe is a node agent Session on a raw AgentService stub: Hello
 answered by Welcome means "serves Sessions" (the leader), NotLeader means
@@ -48,8 +48,8 @@ import grpc
 import grpc.aio
 
 from coordinator.etcd_store import election_prefix
-from lazarus.localservers import EtcdCluster, free_loopback_ports
 from lazarus.v1 import agent_pb2, records_pb2
+from lazarus_dev.localservers import EtcdCluster, free_loopback_ports
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _report import RESULTS_DIR, today, write_json, write_section

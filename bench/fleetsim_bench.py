@@ -1,6 +1,6 @@
 """Fleet simulator throughput: seeds per second of the real agent core against the real coordinator.
 
-Runs ``lazarus.fleetsim.FleetSimulation`` over ``--seeds`` seeds of a shape
+Runs ``lazarus_dev.fleetsim.FleetSimulation`` over ``--seeds`` seeds of a shape
 (default: the CI shape), fails on the first broken invariant with its replay
 command, and records seeds/s in ``bench/results/fleetsim.json`` and the
 ``fleetsim`` section of ``bench/README.md``. ``make sim SEEDS=...`` runs it.
@@ -21,8 +21,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from _report import RESULTS_DIR, machine, today, write_json, write_section
 
-from lazarus.fleetsim import SHAPES
-from lazarus.fleetsim_sweep import default_workers, sweep
+from lazarus_dev.fleetsim import SHAPES
+from lazarus_dev.fleetsim_sweep import default_workers, sweep
 
 
 def _commit() -> str:
@@ -71,7 +71,7 @@ def main() -> int:
             f"fleetsim-{args.shape}",
             f"""## Fleet simulator, shape `{args.shape}` (`fleetsim_bench.py`)
 
-The real `AgentCore` against the real `CoordinatorCore` (`lazarus/fleetsim.py`),
+The real `AgentCore` against the real `CoordinatorCore` (`lazarus_dev/fleetsim.py`),
 seeds {args.start}..{args.start + args.seeds - 1}; measured {today()} at commit
 `{result["commit"]}` on {machine()["cpus"]} CPUs shared with other workers (noisy).
 
@@ -80,7 +80,7 @@ seeds {args.start}..{args.start + args.seeds - 1}; measured {today()} at commit
 | {args.shape} | {args.seeds} | {args.workers} | {elapsed:.1f} s | {rate:.1f} | {len(failures)} |
 
 `make test` runs `CI_SEEDS` = 5,000 seeds of the default shape over every CPU
-(`lazarus/fleetsim_sweep.py`; tests/unit/test_fleetsim.py) plus the 12
+(`lazarus_dev/fleetsim_sweep.py`; tests/unit/test_fleetsim.py) plus the 12
 mutations. `make sim SEEDS=N
 [SHAPE=default|large|starved]` runs more (`starved` stalls agents past the
 fence margin and is expected to fail: the late self-fence).""",

@@ -70,10 +70,10 @@ import grpc.aio
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _report import RESULTS_DIR, measured_commit, today, write_json, write_section
 
-from lazarus.devcluster import DevCertificates
-from lazarus.localservers import EtcdServer, free_loopback_ports
 from lazarus.tls import ClientTls, IdentityKind
 from lazarus.v1 import agent_pb2, coordinator_pb2, coordinator_pb2_grpc, records_pb2
+from lazarus_dev.devcluster import DevCertificates
+from lazarus_dev.localservers import EtcdServer, free_loopback_ports
 
 RESULTS = RESULTS_DIR / "heartbeat.json"
 OVERLOAD_RESULTS = RESULTS_DIR / "heartbeat-overload.json"

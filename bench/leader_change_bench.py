@@ -4,7 +4,7 @@ Issue 16 item 9: a leader change must produce no false DEAD verdict. Setup, all
 on 127.0.0.1: etcd (``--etcd-members`` 1 or 3) and Redis, three ``lazarus
 coordinator`` processes at their defaults (heartbeat 0.5 s, dead_after 3 s,
 fence_after 2 s, lease TTL 3 s, new-leader grace ``failover_reconnect_s`` 7 s +
-dead_after), started by ``lazarus.devcluster.LocalCluster`` (``agents=0``;
+dead_after), started by ``lazarus_dev.devcluster.LocalCluster`` (``agents=0``;
 ``--auth none`` unless ``--tls``).
 
 **The simulated nodes are real agents.** Each is a full
@@ -85,9 +85,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _report import RESULTS_DIR, today, write_json, write_section
 
 from lazarus.client import Client
-from lazarus.devcluster import DevCertificates, LocalCluster
 from lazarus.tls import ClientTls, IdentityKind
 from lazarus.v1 import coordinator_pb2, coordinator_pb2_grpc, records_pb2
+from lazarus_dev.devcluster import DevCertificates, LocalCluster
 
 RESULTS = RESULTS_DIR / "leader_change.json"
 SELF = Path(__file__).resolve()

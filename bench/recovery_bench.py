@@ -5,7 +5,7 @@ over at least 10 kills, with 100 and with 1,000 tasks on the killed node, at the
 default settings (heartbeat 0.5 s, SUSPECT after 2 missed intervals, DEAD after
 3 s of silence, self-fence 2 s after an unacked heartbeat).
 
-Theory of operation: one trial is a fresh ``lazarus.devcluster.LocalCluster``
+Theory of operation: one trial is a fresh ``lazarus_dev.devcluster.LocalCluster``
 (etcd, Redis, 3 ``lazarus coordinator`` replicas, node agents: real processes on
 127.0.0.1, every setting at its default) under a temporary run directory. It
 starts with no agent; the victim ``agent-0`` joins alone (``--slots`` >= N), N
@@ -93,8 +93,8 @@ import lazarus
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _report import RESULTS_DIR, today, write_json, write_section
 
-from lazarus.devcluster import ChildProcess, LocalCluster
 from lazarus.v1 import coordinator_pb2, coordinator_pb2_grpc, records_pb2
+from lazarus_dev.devcluster import ChildProcess, LocalCluster
 
 RESULTS = RESULTS_DIR / "recovery.json"
 

@@ -1,6 +1,6 @@
 """Retention: etcd's size and the leader's memory stay flat however many tasks run.
 
-Starts a local dev cluster (``lazarus.devcluster.LocalCluster``: one etcd with
+Starts a local dev cluster (``lazarus_dev.devcluster.LocalCluster``: one etcd with
 periodic auto-compaction as the chart runs it, Redis, three ``lazarus
 coordinator`` processes with a short ``--retention-s``, ``--agents`` node
 agents running the demo app) and submits short ``sleep`` tasks (0.01 s, one
@@ -38,8 +38,8 @@ from typing import Any
 
 import grpc.aio
 
-from lazarus.devcluster import LocalCluster
 from lazarus.v1 import records_pb2
+from lazarus_dev.devcluster import LocalCluster
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _report import measured_commit, today, write_section

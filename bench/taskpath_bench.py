@@ -4,7 +4,7 @@ Issue [task-path] item 4. Workload (the issue's): T tasks x S steps, each step
 either I/O-bound (``sleep``) or CPU-bound Python (hashing, ``step_s`` of the
 thread's CPU time), a ``ctx.checkpoint`` after every step, plain ``def``
 handlers, on a real local cluster (etcd, Redis, 1 coordinator, ``--agents``
-node agents with ``--slots`` slots each; ``lazarus.devcluster.LocalCluster``).
+node agents with ``--slots`` slots each; ``lazarus_dev.devcluster.LocalCluster``).
 Every (step kind, durability) runs twice: with a checkpoint per step and
 without any (the no-checkpoint ideal for the same slots).
 
@@ -48,8 +48,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _report import RESULTS_DIR, today, write_json, write_section
 
-from lazarus.devcluster import LocalCluster
 from lazarus.v1 import records_pb2
+from lazarus_dev.devcluster import LocalCluster
 
 BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent

@@ -1,7 +1,7 @@
 """A whole Lazarus cluster on this machine: etcd, Redis, coordinators, node agents.
 
 Theory of operation: every part is a real process on 127.0.0.1 — etcd and
-redis-server from ``lazarus.localservers``, and ``lazarus coordinator`` /
+redis-server from ``lazarus_dev.localservers``, and ``lazarus coordinator`` /
 ``lazarus node-agent`` children of this interpreter's ``lazarus`` script.
 Each child runs in its own session (a terminal's Ctrl-C reaches only us, and
 we stop them in order), writes its log to ``<run_dir>/<name>.log``, and is
@@ -37,9 +37,9 @@ from typing import Any
 import grpc
 import grpc.aio
 
-from lazarus.localservers import EtcdCluster, EtcdServer, RedisServer, free_loopback_ports
 from lazarus.tls import ClientTls, Identity, IdentityKind, init_ca, issue
 from lazarus.v1 import coordinator_pb2, coordinator_pb2_grpc, records_pb2
+from lazarus_dev.localservers import EtcdCluster, EtcdServer, RedisServer, free_loopback_ports
 
 __all__ = ["ChildProcess", "ClusterApi", "DevCertificates", "LocalCluster"]
 

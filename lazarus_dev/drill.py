@@ -14,7 +14,7 @@ The scenarios of state_recovery_patterns.md, each run against a live cluster:
 ``complete-failure``      SIGKILL every process at once (agents, coordinators, every
                           etcd member, Redis), restart them all
 ``chaos``                 a seeded random schedule of overlapping faults
-                          (``lazarus.chaos``), then heal
+                          (``lazarus_dev.chaos``), then heal
 ========================  ==========================================================
 
 Each drill submits a workload (word/n-gram statistics over public-domain
@@ -30,7 +30,7 @@ The safety invariants are read from the tasks' own side effects, not from
 Lazarus's bookkeeping: the workload (demo app kind ``drill``) appends every
 step start, acknowledged checkpoint and executed completion, with pid, node
 and epoch, to files under ``<run_dir>/effects/`` before the step's work, and
-``lazarus.drill_invariants`` checks them: one process per task and epoch,
+``lazarus_dev.drill_invariants`` checks them: one process per task and epoch,
 epochs rising, no step of an old epoch after a newer one began, one executed
 completion per task (``dup exec``), no acknowledged checkpoint lost.
 partition-heal also writes four shared documents (counter, set, map, log) on
@@ -64,12 +64,12 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from lazarus.chaos import Fault, FaultKind, make_schedule, schedule_lines
-from lazarus.devcluster import ChildProcess, LocalCluster
-from lazarus.drill_invariants import ViolationKind, check, read_sink
-from lazarus.localservers import EtcdCluster, free_loopback_ports
-from lazarus.netns import Namespace, namespaces_available
 from lazarus.v1 import records_pb2
+from lazarus_dev.chaos import Fault, FaultKind, make_schedule, schedule_lines
+from lazarus_dev.devcluster import ChildProcess, LocalCluster
+from lazarus_dev.drill_invariants import ViolationKind, check, read_sink
+from lazarus_dev.localservers import EtcdCluster, free_loopback_ports
+from lazarus_dev.netns import Namespace, namespaces_available
 from node_agent import demo_app
 
 __all__ = [
@@ -587,7 +587,7 @@ class _Drill:
         return problems
 
     def _judge_effects(self, r: DrillResult, sink: Path, tasks: set[str]) -> None:
-        """The side-effect invariants (``lazarus.drill_invariants``) over ``sink``."""
+        """The side-effect invariants (``lazarus_dev.drill_invariants``) over ``sink``."""
         report = check(read_sink(sink, tasks))
         counts = report.counts()
         r.effects_checked = True

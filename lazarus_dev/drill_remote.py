@@ -1,7 +1,7 @@
 """Drills against a cluster given by address (Kubernetes: faults injected with kubectl).
 
 Theory of operation: the workload, the waiting and the verdict are those of
-``lazarus.drill``; what differs is where the facts come from and how faults
+``lazarus_dev.drill``; what differs is where the facts come from and how faults
 are made. Facts: a WatchEvents stream opened on any replica before the
 workload is submitted (it resumes on another replica when one goes away),
 turned into the same (time, type, fields) rows the local drills read from
@@ -28,10 +28,10 @@ import grpc.aio
 from google.protobuf.json_format import MessageToDict
 from rich.console import Console
 
-from lazarus.devcluster import ClusterApi
-from lazarus.drill import DrillResult, _Drill
 from lazarus.tls import ClientTls
 from lazarus.v1 import coordinator_pb2, coordinator_pb2_grpc, records_pb2
+from lazarus_dev.devcluster import ClusterApi
+from lazarus_dev.drill import DrillResult, _Drill
 
 __all__ = ["REMOTE_SCENARIOS", "KubectlInjector", "RemoteCluster", "run_remote_drills"]
 

@@ -22,8 +22,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from lazarus.devcluster import LocalCluster
 from lazarus.v1 import records_pb2
+from lazarus_dev.devcluster import LocalCluster
 from node_agent import demo_app
 
 __all__ = ["run_fleet_demo"]

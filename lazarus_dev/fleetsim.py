@@ -118,7 +118,7 @@ class SimulationFailure(AssertionError):
 
 def replay_command(seed: int, shape: str = "default") -> str:
     """The shell command that replays ``seed``."""
-    return f"python -m lazarus.fleetsim --seed {seed} --shape {shape}"
+    return f"python -m lazarus_dev.fleetsim --seed {seed} --shape {shape}"
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,4 +1,4 @@
-"""Run many fleet-simulator seeds on every core: the shell around ``lazarus.fleetsim``.
+"""Run many fleet-simulator seeds on every core: the shell around ``lazarus_dev.fleetsim``.
 
 The simulator itself is pure (no clock, no IO, one seed = one deterministic
 run); this module only spreads seeds over worker processes, the way
@@ -14,7 +14,7 @@ import multiprocessing
 import os
 from concurrent.futures import ProcessPoolExecutor
 
-from lazarus.fleetsim import SHAPES, FleetSimulation, SimulationFailure
+from lazarus_dev.fleetsim import SHAPES, FleetSimulation, SimulationFailure
 
 __all__ = ["default_workers", "sweep"]
 
@@ -41,7 +41,7 @@ def sweep(start: int, count: int, shape: str = "default", workers: int | None = 
     Args:
         start: first seed.
         count: number of seeds (>= 0).
-        shape: a key of ``lazarus.fleetsim.SHAPES``.
+        shape: a key of ``lazarus_dev.fleetsim.SHAPES``.
         workers: processes to use; ``None`` = ``default_workers()``; 1 runs in-process.
 
     Returns:

@@ -167,7 +167,7 @@ class _Process:
 
     def __init__(self, argv: Sequence[str], log_path: Path, cwd: Path, env: dict[str, str]) -> None:
         with log_path.open("ab") as log:
-            log.write(f"\n=== lazarus.localservers: {' '.join(argv)}\n".encode())
+            log.write(f"\n=== lazarus_dev.localservers: {' '.join(argv)}\n".encode())
             log.flush()
             self._popen = subprocess.Popen(
                 list(argv),

@@ -1,6 +1,6 @@
 """The agent core's edge: protobuf <-> ``node_agent.core.records``, and the stored TaskMeta.
 
-The shell (``node_agent.agent``) and the fleet simulator (``lazarus.fleetsim``)
+The shell (``node_agent.agent``) and the fleet simulator (``lazarus_dev.fleetsim``)
 call these and nothing else to talk to ``AgentCore``: messages read from the
 Session go through ``coordinator_message_from_pb``; what the core sends goes
 through ``agent_message_to_pb``. The core never sees a protobuf (DESIGN.md

@@ -43,7 +43,7 @@ list).
 Kind ``drill`` is ``textstats`` that also appends its side effects (every
 step start, acknowledged checkpoint and executed completion, with pid, node
 and epoch) to files the drill owns, and optionally writes shared documents;
-``lazarus drill`` judges its invariants from them (``lazarus.drill_invariants``).
+``lazarus drill`` judges its invariants from them (``lazarus_dev.drill_invariants``).
 
 Two smaller kinds help drills: ``sleep`` (async; sleeps in steps, checkpointing
 a step counter) and ``hashchain-sync`` (a plain ``def`` handler run with a
@@ -645,7 +645,7 @@ async def drill_task(ctx: TaskContext) -> dict[str, Any]:
     acknowledged (replicated), ``done`` just before it returns (a completion
     executed). With ``shared`` each item also makes one operation on the
     ``DRILL_SHARED_DOCS`` documents and logs it once acknowledged.
-    See ``lazarus.drill_invariants`` for the record format and the checks.
+    See ``lazarus_dev.drill_invariants`` for the record format and the checks.
 
     Returns:
         As ``textstats`` (compare with ``direct_result(drill_stats_payload(p))``).

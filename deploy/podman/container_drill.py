@@ -34,7 +34,7 @@ drill's PATH that SIGKILLs and removes the container and re-creates it with the
 same name, address and claims after ``--recreate-after-s`` (the controller).
 
 Then ``lazarus drill kill-node`` and ``lazarus drill kill-leader`` run against
-the coordinators' addresses (``lazarus/drill_remote.py``) and print their
+the coordinators' addresses (``lazarus_dev/drill_remote.py``) and print their
 reports. Exit status 1 when a drill failed.
 """
 

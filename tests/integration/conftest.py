@@ -1,6 +1,6 @@
 """Fixtures for tests against real etcd and Redis servers.
 
-By default every server is a local process started by ``lazarus.localservers`` on
+By default every server is a local process started by ``lazarus_dev.localservers`` on
 free 127.0.0.1 ports in a temporary directory, and stopped by pid (SIGTERM, then
 SIGKILL) when its fixture ends — also when the test failed. With
 ``LAZARUS_TEST_DOCKER=1`` the session servers come from pytest-docker and
@@ -48,7 +48,7 @@ import aetcd
 import pytest
 import redis.asyncio
 
-from lazarus.localservers import (
+from lazarus_dev.localservers import (
     Endpoint,
     EtcdCluster,
     EtcdServer,

@@ -17,7 +17,7 @@ import aetcd
 import pytest
 
 from coordinator.election import Election, KeepaliveThread, LossReason
-from lazarus.localservers import Endpoint, EtcdServer
+from lazarus_dev.localservers import Endpoint, EtcdServer
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(90)]
 

@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from lazarus.netns import Namespace, namespaces_available
+from lazarus_dev.netns import Namespace, namespaces_available
 
 pytestmark = pytest.mark.integration
 

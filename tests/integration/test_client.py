@@ -46,9 +46,9 @@ from lazarus.client import (
     SyncClient,
     Unavailable,
 )
-from lazarus.devcluster import LAZARUS_BIN, LocalCluster
-from lazarus.localservers import free_loopback_ports
 from lazarus.v1 import coordinator_pb2, records_pb2
+from lazarus_dev.devcluster import LAZARUS_BIN, LocalCluster
+from lazarus_dev.localservers import free_loopback_ports
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
 

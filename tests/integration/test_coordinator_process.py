@@ -28,8 +28,8 @@ import pytest
 
 from coordinator.etcd_store import election_prefix
 from coordinator.members import list_members
-from lazarus.localservers import free_loopback_ports
 from lazarus.v1 import agent_pb2, records_pb2
+from lazarus_dev.localservers import free_loopback_ports
 
 LEASE_TTL_S = 3
 STARTUP_S = 30.0

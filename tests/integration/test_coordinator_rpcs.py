@@ -7,7 +7,7 @@ Two groups:
   (``FakeAgent``: Hello, heartbeats, task updates) — validation, proxying
   through a follower, the write RPCs, WatchEvents filters / resume / end on
   a change of leader / backpressure, GetCheckpoint;
-- real processes through ``lazarus.devcluster.LocalCluster`` (etcd, Redis,
+- real processes through ``lazarus_dev.devcluster.LocalCluster`` (etcd, Redis,
   coordinators, node agents running ``node_agent/demo_app.py``) for DrainNode
   and MigrateTask end to end, checking that moved tasks resume at the
   released checkpoint with no work redone.
@@ -34,9 +34,9 @@ import redis.asyncio
 from coordinator.core import CoreSettings
 from coordinator.eventlog import COUNTER_BITS, event_type
 from coordinator.server import CoordinatorServer, ServerSettings
-from lazarus.devcluster import LocalCluster
-from lazarus.localservers import free_loopback_ports
 from lazarus.v1 import agent_pb2, coordinator_pb2, coordinator_pb2_grpc, records_pb2
+from lazarus_dev.devcluster import LocalCluster
+from lazarus_dev.localservers import free_loopback_ports
 from node_agent.replication import RedisCheckpointReplica, ReplicationItem
 
 pytestmark = pytest.mark.integration

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from lazarus.chaos import make_schedule, schedule_lines
+from lazarus_dev.chaos import make_schedule, schedule_lines
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 

@@ -22,9 +22,9 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from lazarus.devcluster import LocalCluster
-from lazarus.drill_remote import KubectlInjector, RemoteCluster, event_row, run_remote_drills
 from lazarus.v1 import records_pb2
+from lazarus_dev.devcluster import LocalCluster
+from lazarus_dev.drill_remote import KubectlInjector, RemoteCluster, event_row, run_remote_drills
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 

@@ -49,8 +49,8 @@ from coordinator.etcd_store import (
     ReadCache,
     election_prefix,
 )
-from lazarus.localservers import Endpoint, EtcdCluster, EtcdServer
 from lazarus.v1 import records_pb2
+from lazarus_dev.localservers import Endpoint, EtcdCluster, EtcdServer
 
 MakeEtcdClient = Callable[..., Awaitable[aetcd.Client]]
 

@@ -26,7 +26,7 @@ import aetcd
 import pytest
 
 from coordinator.aetcd_compat import TlsClient, tls_credentials
-from lazarus.localservers import free_loopback_ports
+from lazarus_dev.localservers import free_loopback_ports
 
 LAZARUS = Path(sys.executable).parent / "lazarus"
 LEADER_TIMEOUT_S = 30.0

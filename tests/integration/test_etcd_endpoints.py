@@ -23,7 +23,7 @@ import pytest
 
 from coordinator.core import CoreSettings
 from coordinator.server import CoordinatorServer, ServerSettings
-from lazarus.localservers import EtcdCluster
+from lazarus_dev.localservers import EtcdCluster
 
 pytestmark = pytest.mark.timeout(90)
 

@@ -10,9 +10,9 @@ import redis.asyncio
 
 from coordinator.eventarchive import EventArchive
 from coordinator.eventlog import EventFilter, EventLog, make_revision
-from lazarus.localservers import RedisServer
 from lazarus.storage.keys import events_stream_key
 from lazarus.v1 import records_pb2
+from lazarus_dev.localservers import RedisServer
 
 pytestmark = pytest.mark.integration
 

@@ -38,8 +38,8 @@ from grpc._cython import cygrpc
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from lazarus.devcluster import LocalCluster
 from lazarus.v1 import agent_pb2, coordinator_pb2, records_pb2
+from lazarus_dev.devcluster import LocalCluster
 
 FUZZ_S = float(os.environ.get("LAZARUS_FUZZ_S", "45"))
 CALL_TIMEOUT_S = 2.0

@@ -40,8 +40,8 @@ import grpc.aio
 import pytest
 
 from coordinator.core import CoreSettings
-from lazarus.localservers import free_loopback_ports
 from lazarus.v1 import agent_pb2, coordinator_pb2, coordinator_pb2_grpc, records_pb2
+from lazarus_dev.localservers import free_loopback_ports
 
 LAZARUS = Path(sys.executable).parent / "lazarus"
 SESSION_METHOD = "/lazarus.v1.AgentService/Session"

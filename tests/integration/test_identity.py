@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 import redis
 
-from lazarus.devcluster import LocalCluster
 from lazarus.v1 import records_pb2
+from lazarus_dev.devcluster import LocalCluster
 
 pytestmark = pytest.mark.integration
 

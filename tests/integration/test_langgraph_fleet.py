@@ -22,8 +22,8 @@ from typing import Any
 
 import pytest
 
-from lazarus.devcluster import LocalCluster
 from lazarus.v1 import records_pb2
+from lazarus_dev.devcluster import LocalCluster
 from node_agent.langgraph import example
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]

@@ -23,8 +23,8 @@ from typing import Any
 import pytest
 import redis
 
-from lazarus.devcluster import ChildProcess, LocalCluster
 from lazarus.v1 import records_pb2
+from lazarus_dev.devcluster import ChildProcess, LocalCluster
 from node_agent import demo_app
 
 pytestmark = pytest.mark.integration

@@ -10,7 +10,7 @@ import redis.exceptions
 
 from coordinator.documents import DocumentService
 from coordinator.redisconn import redis_client
-from lazarus.localservers import RedisServer
+from lazarus_dev.localservers import RedisServer
 
 pytestmark = pytest.mark.integration
 

@@ -12,8 +12,8 @@ import redis.asyncio
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
-from lazarus.localservers import RedisServer
 from lazarus.v1 import records_pb2
+from lazarus_dev.localservers import RedisServer
 from node_agent.replication import (
     ClaimBatcher,
     Outcome,

@@ -34,10 +34,10 @@ import grpc.aio
 import pytest
 from cryptography import x509
 
-from lazarus.devcluster import LocalCluster
-from lazarus.localservers import free_loopback_ports
 from lazarus.tls import ClientTls, Identity, IdentityKind, init_ca, issue
 from lazarus.v1 import agent_pb2, coordinator_pb2, coordinator_pb2_grpc, records_pb2
+from lazarus_dev.devcluster import LocalCluster
+from lazarus_dev.localservers import free_loopback_ports
 
 pytestmark = pytest.mark.integration
 

@@ -42,8 +42,8 @@ import pytest
 import redis
 
 from coordinator.documents import decode_record
-from lazarus.devcluster import LocalCluster
 from lazarus.storage.keys import document_key
+from lazarus_dev.devcluster import LocalCluster
 from node_agent.shared import read_replicas
 from reconcile.documents import Document, decode_document
 

@@ -17,7 +17,7 @@ import aetcd
 import pytest
 import redis.asyncio
 
-from lazarus.localservers import (
+from lazarus_dev.localservers import (
     EtcdCluster,
     EtcdServer,
     RedisServer,

@@ -21,8 +21,8 @@ from typing import Any
 
 import pytest
 
-from lazarus.devcluster import ChildProcess, LocalCluster
 from lazarus.v1 import records_pb2
+from lazarus_dev.devcluster import ChildProcess, LocalCluster
 
 pytestmark = pytest.mark.integration
 

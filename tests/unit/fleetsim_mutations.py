@@ -19,9 +19,9 @@ from coordinator.core.core import CoordinatorCore
 from coordinator.core.identity import ClaimKind, ClaimVerdict
 from coordinator.core.settings import CoreSettings
 from coordinator.core.tasks import TaskTrigger
-from lazarus import fleetsim
-from lazarus.fleetsim import FleetConfig
 from lazarus.v1 import agent_pb2
+from lazarus_dev import fleetsim
+from lazarus_dev.fleetsim import FleetConfig
 from node_agent import core as agent_core
 from node_agent.core import AgentCore, SessionState, SlotState
 from node_agent.core import records as agent_records

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lazarus.chaos import Fault, FaultKind, make_schedule, schedule_lines
+from lazarus_dev.chaos import Fault, FaultKind, make_schedule, schedule_lines
 
 
 def test_the_same_seed_gives_the_same_schedule_and_another_seed_another() -> None:

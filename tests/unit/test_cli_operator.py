@@ -1,7 +1,7 @@
 """The operator commands of ``lazarus`` (status, nodes, tasks, task, submit, cancel,
 drain, uncordon, migrate, watch) against a fake of ``lazarus.client.Client``.
 
-No network: ``lazarus.cli.make_operator_client`` is replaced by ``FakeClient``,
+No network: ``lazarus.cli.operator.make_operator_client`` is replaced by ``FakeClient``,
 which records each call and answers with canned records or raises a typed
 ``LazarusError``. Checked: option parsing, the request each command makes,
 --json shapes, tables for people, error messages and exit codes.
@@ -180,7 +180,7 @@ def fake(monkeypatch: pytest.MonkeyPatch) -> FakeClient:
             raise ValueError(f"coordinators: {addresses!r} is not host:port")
         return client
 
-    monkeypatch.setattr(cli, "make_operator_client", make)
+    monkeypatch.setattr(cli.operator, "make_operator_client", make)
     monkeypatch.setenv("COLUMNS", "200")
     monkeypatch.delenv("LAZARUS_COORDINATORS", raising=False)
     client.made = made  # type: ignore[attr-defined]

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from lazarus.drill_remote import KubectlInjector
+from lazarus_dev.drill_remote import KubectlInjector
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILES = [ROOT / "deploy" / "Dockerfile", ROOT / "deploy" / "podman" / "service.Containerfile"]

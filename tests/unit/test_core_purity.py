@@ -1,7 +1,7 @@
 """The pure packages stay pure: no IO, no clocks, no global randomness, no wire stubs.
 
 One checker for every sans-IO package (DESIGN.md §2): ``coordinator/core/``,
-``node_agent/core/`` and ``reconcile/`` (and ``lazarus/fleetsim.py``, from
+``node_agent/core/`` and ``reconcile/`` (and ``lazarus_dev/fleetsim.py``, from
 ``test_fleetsim.py``). Every module is parsed with ``ast`` (never imported)
 and refused when it imports asyncio, grpc, aetcd, redis, time, socket,
 threading, multiprocessing, subprocess, os, datetime, uuid or secrets (or a

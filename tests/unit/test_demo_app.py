@@ -484,7 +484,7 @@ def test_hashchain_sync_runs_through_a_blocking_adapter_and_resumes() -> None:
 
 def test_drill_logs_each_side_effect_before_its_work_and_resumes_exactly(tmp_path: Path) -> None:
     """The drill kind: textstats plus start/step/ckpt/done lines the drill's checker reads."""
-    from lazarus.drill_invariants import check, read_sink
+    from lazarus_dev.drill_invariants import check, read_sink
 
     stats = {**PAYLOAD, "every": 50}
     payload = {**stats, "sink": str(tmp_path)}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from lazarus.drill_invariants import (
+from lazarus_dev.drill_invariants import (
     EffectRecord,
     ViolationKind,
     check,

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from lazarus.drill import (
+from lazarus_dev.drill import (
     _RECONCILED,
     DrillResult,
     expected_documents,

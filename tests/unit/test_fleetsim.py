@@ -2,7 +2,7 @@
 
 ``test_seeds_of_the_default_shape`` sweeps ``LAZARUS_FLEETSIM_SEEDS`` seeds
 (default ``CI_SEEDS``: 5,000 seeds spread over every core by
-``lazarus.fleetsim_sweep``; see the fleetsim section of ``bench/README.md`` for
+``lazarus_dev.fleetsim_sweep``; see the fleetsim section of ``bench/README.md`` for
 seeds/s; ``make sim SEEDS=...`` runs more).
 ``test_the_mutations_are_caught`` breaks one safety rule at a time, on the
 agent core and on the coordinator core, and asserts a seed fails with
@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from lazarus import fleetsim
-from lazarus.fleetsim import SHAPES, FleetSimulation, SimulationFailure
-from lazarus.fleetsim_sweep import sweep
+from lazarus_dev import fleetsim
+from lazarus_dev.fleetsim import SHAPES, FleetSimulation, SimulationFailure
+from lazarus_dev.fleetsim_sweep import sweep
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fleetsim_mutations import MUTATION_SEEDS, MUTATIONS, Mutation, first_failure
@@ -30,8 +30,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_the_simulator_is_pure_but_for_the_wire_stubs() -> None:
-    path = ROOT / "lazarus" / "fleetsim.py"
-    found = violations(path.read_text(encoding="utf-8"), "lazarus/fleetsim.py")
+    path = ROOT / "lazarus_dev" / "fleetsim.py"
+    found = violations(path.read_text(encoding="utf-8"), "lazarus_dev/fleetsim.py")
     # It speaks the real wire: the protobuf stubs are the one allowed exception.
     problems = [v for v in found if "wire stubs" not in v]
     assert problems == [], problems
@@ -100,7 +100,7 @@ def test_a_starved_agent_fences_late_and_the_overlap_is_caught() -> None:
             break
     assert failure is not None, "no starved seed of 300 showed the late fence"
     assert "executes in" in str(failure)
-    assert f"python -m lazarus.fleetsim --seed {seed} --shape starved" in str(failure)
+    assert f"python -m lazarus_dev.fleetsim --seed {seed} --shape starved" in str(failure)
 
 
 def test_there_are_twelve_mutations_on_both_cores() -> None:
@@ -114,7 +114,7 @@ def test_the_mutations_are_caught(mutation: Mutation) -> None:
     failure = first_failure(mutation, range(MUTATION_SEEDS))
     assert failure is not None, f"{mutation.name}: no seed of {MUTATION_SEEDS} failed"
     assert str(failure).startswith("seed=")
-    assert "replay: python -m lazarus.fleetsim --seed" in str(failure)
+    assert "replay: python -m lazarus_dev.fleetsim --seed" in str(failure)
 
 
 def test_the_cli_replays_a_seed(capsys: pytest.CaptureFixture[str]) -> None:

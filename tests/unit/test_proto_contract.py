@@ -19,7 +19,6 @@ import pytest
 from google.protobuf import descriptor_pb2
 from google.protobuf.message import Message
 
-from lazarus import protogen
 from lazarus.v1 import (
     agent_pb2,
     agent_pb2_grpc,
@@ -27,6 +26,7 @@ from lazarus.v1 import (
     coordinator_pb2_grpc,
     records_pb2,
 )
+from lazarus_dev import protogen
 
 COMMITTED_DIR = protogen.REPO_ROOT / "lazarus" / "v1"
 EXPECTED_PROTOS = {"agent.proto", "coordinator.proto", "records.proto"}

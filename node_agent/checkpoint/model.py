@@ -11,6 +11,7 @@ journal events after that seq.
 from __future__ import annotations
 
 import enum
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -20,6 +21,8 @@ MAX_TASK_ID_BYTES = 256
 MAX_LABEL_CHARS = 1024
 DEFAULT_MAX_PAYLOAD_BYTES = 64 * 1024 * 1024
 _REF_SEPARATOR = "@"
+# control characters, DEL and lone surrogates: what a task id must not hold
+_BAD_TASK_ID_CHAR = re.compile("[\x00-\x1f\x7f\ud800-\udfff]")
 
 
 class Durability(enum.Enum):
@@ -287,9 +290,13 @@ def validate_task_id(task_id: object, field_name: str = "task_id") -> str:
         raise InvalidArgument(field_name, f"must be a string, got {type(task_id).__name__}")
     if not task_id:
         raise InvalidArgument(field_name, "must not be empty")
-    if len(task_id.encode("utf-8", "surrogatepass")) > MAX_TASK_ID_BYTES:
+    # a str of n characters encodes to at most 4n UTF-8 bytes
+    if (
+        len(task_id) * 4 > MAX_TASK_ID_BYTES
+        and len(task_id.encode("utf-8", "surrogatepass")) > MAX_TASK_ID_BYTES
+    ):
         raise InvalidArgument(field_name, f"must be at most {MAX_TASK_ID_BYTES} UTF-8 bytes")
-    if any(ord(c) < 0x20 or ord(c) == 0x7F or 0xD800 <= ord(c) <= 0xDFFF for c in task_id):
+    if _BAD_TASK_ID_CHAR.search(task_id) is not None:
         raise InvalidArgument(field_name, "must not contain control characters or surrogates")
     return task_id
 

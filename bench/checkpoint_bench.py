@@ -49,9 +49,10 @@ How to read the async rows (`CheckpointStore.aio`, `node_agent/checkpoint/store.
   ready on the loop, runs its transaction (fsync included) on the loop itself,
   as the sync API's caller does: the loop is blocked for that commit (p50 about
   0.2 ms for 1 KiB here) instead of paying two thread wake-ups (loop -> writer
-  -> loop) that cost about as much. One slower than 2 ms turns this off for a
-  second; WAL checkpoints run on the writer thread, never on the loop. Every
-  other write is handed to the writer and never blocks the loop.
+  -> loop) that cost about as much. After one slower than 2 ms it stays off for
+  50 times as long as that commit took (slow inline commits hold the loop at
+  most ~2 % of the time); WAL checkpoints run on the writer thread, never on
+  the loop. Every other write is handed to the writer and never blocks the loop.
 * **32 tasks, group: one list per loop iteration, one fsync per batch.** The
   loop hands the writer all saves made in one iteration as one queue item; the
   writer commits them (32 per batch here) with one fsync and resolves their

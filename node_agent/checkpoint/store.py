@@ -40,8 +40,8 @@ save or append of at most 16 KiB, submitted while the writer is idle and no
 other callback is ready on the loop, commits on the loop itself, as a sync
 caller does. The loop is then blocked for that one commit, fsync included
 (about 0.2 ms for 1 KiB here), instead of paying two thread wake-ups that cost
-about as much; a commit slower than 2 ms turns the inline path off for a
-second. Everything else never blocks the loop.
+about as much; after a commit slower than 2 ms the inline path stays off for
+50 times as long as it took. Everything else never blocks the loop.
 
 WAL checkpoints: SQLite's autocheckpoint would run inside whichever commit
 crosses 1000 WAL pages, an inline one included, so the store runs them itself
@@ -306,10 +306,12 @@ def _row_pages(payload_bytes: int) -> int:
 
 
 # Inline commits on the event loop (see ``_commit_inline``): only a write of at most
-# this many payload bytes, and none for a while after one took too long.
+# this many payload bytes; after one took over _INLINE_SLOW_S, none for
+# _INLINE_BACKOFF_FACTOR times as long as it took, so slow inline commits hold
+# the loop for at most about 1/51 (2 %) of its time.
 _INLINE_MAX_BYTES = 16 * 1024
 _INLINE_SLOW_S = 0.002
-_INLINE_BACKOFF_S = 1.0
+_INLINE_BACKOFF_FACTOR = 50.0
 
 
 @dataclass(slots=True)
@@ -600,8 +602,9 @@ class CheckpointStore:
         (about 0.2 ms for 1 KiB on a local SSD) and saves the two thread
         wake-ups of a hand-over (loop -> writer -> loop), which cost about as
         much as the fsync. Only when no other callback is ready, so no other
-        coroutine waits behind it; never for ``_INLINE_BACKOFF_S`` after an
-        inline commit took over ``_INLINE_SLOW_S`` (a slow or busy disk); never
+        coroutine waits behind it; after an inline commit took over
+        ``_INLINE_SLOW_S`` (a slow or busy disk), not for 50 times as long as it
+        took (so slow ones hold the loop at most ~2 % of the time); never
         when a WAL checkpoint is due (the writer thread runs those). Only
         asyncio's own event loops are recognised (``_ready``); on others every
         op is handed over.
@@ -628,8 +631,9 @@ class CheckpointStore:
             try:
                 [(value, err)] = self._transact([_Op(fn, None, None, None, pages)], self._heads)
             finally:
-                if time.perf_counter() - started > _INLINE_SLOW_S:
-                    self._inline_after = time.monotonic() + _INLINE_BACKOFF_S
+                took_s = time.perf_counter() - started
+                if took_s > _INLINE_SLOW_S:
+                    self._inline_after = time.monotonic() + _INLINE_BACKOFF_FACTOR * took_s
         finally:
             self._wlock.release()
         if err is not None:

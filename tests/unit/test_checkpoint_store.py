@@ -490,6 +490,7 @@ async def test_a_slow_inline_commit_turns_inline_commits_off(
     import node_agent.checkpoint.store as store_mod
 
     monkeypatch.setattr(store_mod, "_INLINE_SLOW_S", 0.0)  # every commit is "slow"
+    monkeypatch.setattr(store_mod, "_INLINE_BACKOFF_FACTOR", 1e6)  # and keeps inline off
     clock = _ThreadClock()
     store = CheckpointStore(tmp_path, durability="sync", clock_ms=clock)
     for _ in range(3):

@@ -604,16 +604,28 @@ class TaskRunner:
             "incarnation": self.incarnation,
         }
         conn = worker.conn
+
+        def died() -> WorkerDied:
+            return WorkerDied(
+                f"the worker process (pid {worker.pid}) running task {run.task_id!r} "
+                f"died: {worker.death()}; the agent and its other tasks go on"
+            )
+
+        def send(msg: tuple[Any, ...]) -> None:
+            # The worker may die between its request and our answer: a broken
+            # pipe here is its death, reported as such (not as a BrokenPipeError).
+            try:
+                conn.send(msg)
+            except (EOFError, OSError):
+                raise died() from None
+
         try:
-            conn.send(("run", handler.fn, fields))
+            send(("run", handler.fn, fields))
             while True:
                 try:
                     msg = conn.recv()
                 except (EOFError, OSError):
-                    raise WorkerDied(
-                        f"the worker process (pid {worker.pid}) running task {run.task_id!r} "
-                        f"died: {worker.death()}; the agent and its other tasks go on"
-                    ) from None
+                    raise died() from None
                 op = msg[0]
                 if op in ("checkpoint", "record"):
                     try:
@@ -621,9 +633,10 @@ class TaskRunner:
                             seq = self._checkpoint_sync(run, msg[1], msg[2])
                         else:
                             seq = self._record_sync(run, msg[1])
-                        conn.send(("ok", seq))
                     except Exception as exc:
-                        conn.send(("err", type(exc).__name__, str(exc)))
+                        send(("err", type(exc).__name__, str(exc)))
+                    else:
+                        send(("ok", seq))
                 elif op == "progress":
                     if self._loop is not None:
                         self._loop.call_soon_threadsafe(self._progress, run, msg[1], msg[2])

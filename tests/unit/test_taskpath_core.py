@@ -368,6 +368,41 @@ async def test_sigkill_of_a_worker_fails_only_its_task_readably_and_retryably(
         await runner.close()
 
 
+async def test_a_worker_killed_while_its_checkpoint_is_answered_fails_readably(
+    tmp_path: Path,
+) -> None:
+    """The worker dies between its checkpoint request and the agent's answer: the
+    answer meets a broken pipe, which is the worker's death (seen in CI as a
+    task failed with "BrokenPipeError"), reported with its pid and signal."""
+    with CheckpointStore(tmp_path / "s", durability="group") as store:
+        runner, reporter = _runner(tmp_path, _process_app(), store)
+        original = runner._checkpoint_sync
+        killed: list[int] = []
+
+        def checkpoint_then_kill(run: Any, state: Any, reason: str, **kw: Any) -> int:
+            seq = original(run, state, reason, **kw)
+            if not killed and run.worker is not None:
+                pid = run.worker.pid
+                os.kill(pid, signal.SIGKILL)
+                for _ in range(200):  # until its end of the channel is closed
+                    if not _pid_alive(pid):
+                        break
+                    time.sleep(0.01)
+                killed.append(pid)
+            return seq
+
+        runner._checkpoint_sync = checkpoint_then_kill  # type: ignore[method-assign]
+        runner.start(_assign("victim", "steps"))
+        await asyncio.wait_for(reporter.done.wait(), 30)
+        error = reporter.results[0]["error"]
+        assert killed
+        assert error is not None
+        assert error.retryable
+        assert f"pid {killed[0]}" in error.message, error.message
+        assert "killed by SIGKILL" in error.message
+        await runner.close()
+
+
 async def test_a_stopped_handler_process_that_ignores_cancellation_is_killed(
     tmp_path: Path,
 ) -> None:

@@ -39,8 +39,8 @@ exception, the *inline commit* (``CheckpointStore._commit_inline``): a lone
 save or append of at most 16 KiB, submitted while the writer is idle and no
 other callback is ready on the loop, commits on the loop itself, as a sync
 caller does. The loop is then blocked for that one commit, fsync included
-(about 0.2 ms for 1 KiB here), instead of paying two thread wake-ups that cost
-about as much; after a commit slower than 2 ms the inline path stays off for
+(about 0.2 ms for 1 KiB here), instead of paying two thread wake-ups (0.06 to
+0.09 ms here); after a commit slower than 2 ms the inline path stays off for
 50 times as long as it took. Everything else never blocks the loop.
 
 WAL checkpoints: SQLite's autocheckpoint would run inside whichever commit
@@ -600,9 +600,10 @@ class CheckpointStore:
         ready to run on this loop. Then the loop itself runs the transaction,
         fsync included, as a sync caller does: it is blocked for that commit
         (about 0.2 ms for 1 KiB on a local SSD) and saves the two thread
-        wake-ups of a hand-over (loop -> writer -> loop), which cost about as
-        much as the fsync. Only when no other callback is ready, so no other
-        coroutine waits behind it; after an inline commit took over
+        wake-ups of a hand-over (loop -> writer -> loop), about 0.06 to 0.09 ms
+        here (1 KiB, one task: 0.31 ms a save handed over, 0.22 ms inline).
+        Only when no other callback is ready, so no other coroutine waits
+        behind it; after an inline commit took over
         ``_INLINE_SLOW_S`` (a slow or busy disk), not for 50 times as long as it
         took (so slow ones hold the loop at most ~2 % of the time); never
         when a WAL checkpoint is due (the writer thread runs those). Only

@@ -809,8 +809,20 @@ def test_cli_against_the_cluster(roles: Roles, monkeypatch: pytest.MonkeyPatch) 
 
 
 def test_cli_watch_ends_cleanly_on_sigint(roles: Roles) -> None:
+    # SIGINT at its default disposition (coreutils env): a job started in the
+    # background by a non-interactive shell inherits it ignored, and Ctrl-C is
+    # what this test is about.
     child = subprocess.Popen(
-        [LAZARUS_BIN, "watch", "--from-revision", "1", "--coordinators", roles.leader],
+        [
+            "env",
+            "--default-signal=INT",
+            LAZARUS_BIN,
+            "watch",
+            "--from-revision",
+            "1",
+            "--coordinators",
+            roles.leader,
+        ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -28,8 +28,21 @@ def _alive(pid: int) -> bool:
 
 def test_dev_prints_its_endpoints_serves_and_stops_everything_on_ctrl_c(tmp_path: Path) -> None:
     run_dir = tmp_path / "dev"
+    # SIGINT at its default disposition (coreutils env): a job started in the
+    # background by a non-interactive shell inherits it ignored.
     child = subprocess.Popen(
-        [str(LAZARUS), "dev", "--agents", "2", "--coordinators", "1", "--run-dir", str(run_dir)],
+        [
+            "env",
+            "--default-signal=INT",
+            str(LAZARUS),
+            "dev",
+            "--agents",
+            "2",
+            "--coordinators",
+            "1",
+            "--run-dir",
+            str(run_dir),
+        ],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,

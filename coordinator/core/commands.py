@@ -38,6 +38,7 @@ as long as no command overtakes one returned before it.
 from __future__ import annotations
 
 import enum
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TypeVar
@@ -282,27 +283,23 @@ def merge_steps(steps: Sequence[Sequence[Command]]) -> list[Command]:
     tasks: dict[str, TaskRecord] = {}
     rest: list[Command] = []
     term = 0
-    for commands in steps:
-        for command in commands:
-            if isinstance(command, RetireRecords):
-                retire.append(command)
-            elif isinstance(command, PersistNodes):
-                term = command.term
-                for node in command.records:
-                    nodes.pop(node.node_id, None)  # the newest value, at its newest place
-                    nodes[node.node_id] = node
-            elif isinstance(command, PersistTasks):
-                term = command.term
-                for task in command.records:
-                    tasks.pop(task.task_id, None)
-                    tasks[task.task_id] = task
-            else:
-                rest.append(command)
-                if isinstance(command, StepDown):
-                    break
+    for command in itertools.chain.from_iterable(steps):
+        if isinstance(command, RetireRecords):
+            retire.append(command)
+        elif isinstance(command, PersistNodes):
+            term = command.term
+            for node in command.records:
+                nodes.pop(node.node_id, None)  # the newest value, at its newest place
+                nodes[node.node_id] = node
+        elif isinstance(command, PersistTasks):
+            term = command.term
+            for task in command.records:
+                tasks.pop(task.task_id, None)
+                tasks[task.task_id] = task
         else:
-            continue
-        break
+            rest.append(command)
+            if isinstance(command, StepDown):
+                break
     merged: list[Command] = [*retire]
     merged += [PersistNodes(term, chunk) for chunk in batched(list(nodes.values()))]
     merged += [PersistTasks(term, chunk) for chunk in batched(list(tasks.values()))]

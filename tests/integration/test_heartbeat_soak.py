@@ -161,24 +161,35 @@ class SimNode:
     call: Any = None
 
     async def hello(self) -> None:
-        self.channel = grpc.aio.insecure_channel(self.address, options=CHANNEL_OPTIONS)
-        self.call = self.channel.stream_stream(
-            SESSION_METHOD,
-            request_serializer=agent_pb2.AgentMessage.SerializeToString,
-            response_deserializer=agent_pb2.CoordinatorMessage.FromString,
-        )()
-        await self.call.write(
-            agent_pb2.AgentMessage(
-                hello=agent_pb2.Hello(
-                    node_id=self.node_id,
-                    incarnation=uuid.uuid4().hex[:8],
-                    capacity=records_pb2.NodeCapacity(slots=1),
+        """Open a Session; a Hello the leader defers (NotLeader naming itself with
+        ``retry_after_ms``: admission under load) is sent again after that pause,
+        as the real agent does, for up to 30 s."""
+        deadline = time.monotonic() + 30.0
+        while True:
+            self.channel = grpc.aio.insecure_channel(self.address, options=CHANNEL_OPTIONS)
+            self.call = self.channel.stream_stream(
+                SESSION_METHOD,
+                request_serializer=agent_pb2.AgentMessage.SerializeToString,
+                response_deserializer=agent_pb2.CoordinatorMessage.FromString,
+            )()
+            await self.call.write(
+                agent_pb2.AgentMessage(
+                    hello=agent_pb2.Hello(
+                        node_id=self.node_id,
+                        incarnation=uuid.uuid4().hex[:8],
+                        capacity=records_pb2.NodeCapacity(slots=1),
+                    )
                 )
             )
-        )
-        async with asyncio.timeout(10):
-            reply = await self.call.read()
-        assert reply is not grpc.aio.EOF
+            async with asyncio.timeout(10):
+                reply = await self.call.read()
+            assert reply is not grpc.aio.EOF
+            deferred = reply.WhichOneof("body") == "not_leader" and reply.not_leader.retry_after_ms
+            if not deferred or time.monotonic() >= deadline:
+                break
+            self.call.cancel()
+            await self.channel.close()
+            await asyncio.sleep(reply.not_leader.retry_after_ms / 1000.0)
         assert reply.WhichOneof("body") == "welcome", reply
         assert reply.welcome.heartbeat_interval_ms == int(INTERVAL_S * 1000)
 

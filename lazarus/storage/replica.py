@@ -443,6 +443,46 @@ class RedisCheckpointReplica:
             ]
         return args
 
+    async def _evalsha_many(
+        self, calls: Sequence[tuple[Sequence[str], Sequence[str | bytes]]]
+    ) -> list[Any]:
+        """Run the script once per ``(keys, args)`` call in one pipelined round trip.
+
+        The calls go as bare ``EVALSHA`` commands. A pipeline that runs a
+        registered ``Script`` makes redis-py send ``SCRIPT EXISTS`` first, a
+        second round trip on every batch; here the server's answer decides
+        instead: the calls that got ``NOSCRIPT`` (Redis restarted, or ran
+        ``SCRIPT FLUSH``) are sent once more, in order, after one
+        ``SCRIPT LOAD``. The script is idempotent per record (a record already
+        stored is skipped), so a call sent again is harmless.
+
+        Returns:
+            One reply per call, in order, or the ``ResponseError`` it got.
+
+        Raises:
+            redis.exceptions.ConnectionError, redis.exceptions.TimeoutError:
+                the round trip as a whole failed; any prefix of it may have applied.
+        """
+        sha = self._script.sha
+        replies = await self._pipeline(sha, calls)
+        missing = [
+            i for i, r in enumerate(replies) if isinstance(r, redis.exceptions.NoScriptError)
+        ]
+        if missing:
+            await self._client.script_load(REPLICATE_LUA)
+            again = await self._pipeline(sha, [calls[i] for i in missing])
+            for i, reply in zip(missing, again, strict=True):
+                replies[i] = reply
+        return replies
+
+    async def _pipeline(
+        self, sha: str, calls: Sequence[tuple[Sequence[str], Sequence[str | bytes]]]
+    ) -> list[Any]:
+        async with self._client.pipeline(transaction=False) as pipe:
+            for keys, args in calls:
+                pipe.evalsha(sha, len(keys), *keys, *args)
+            return list(await pipe.execute(raise_on_error=False))
+
     async def write(self, item: ReplicationItem) -> ReplicationResult:
         """Write one item atomically (events first, then the checkpoint).
 
@@ -468,9 +508,10 @@ class RedisCheckpointReplica:
     ) -> list[ReplicationResult | Exception]:
         """Write items in one pipelined round trip (not a transaction; one EVALSHA each).
 
-        The pipeline loads the script first when the server lacks it (after a
-        restart). Commands run in order on one connection, so items of one
-        task apply in the given order.
+        A server that lacks the script (after a restart) answers NOSCRIPT; it
+        is loaded and those items are sent again (see :meth:`_evalsha_many`).
+        Commands run in order on one connection, so items of one task apply in
+        the given order.
 
         Returns:
             One entry per item: its result, or the ``ResponseError`` it got
@@ -482,12 +523,9 @@ class RedisCheckpointReplica:
         """
         if not items:
             return []
-        async with self._client.pipeline(transaction=False) as pipe:
-            for item in items:
-                await self._script(
-                    keys=self.keys(item.task_id), args=self._write_args(item), client=pipe
-                )
-            replies = await pipe.execute(raise_on_error=False)
+        replies = await self._evalsha_many(
+            [(self.keys(item.task_id), self._write_args(item)) for item in items]
+        )
         out: list[ReplicationResult | Exception] = []
         for reply in replies:
             if isinstance(reply, Exception):
@@ -567,14 +605,12 @@ class RedisCheckpointReplica:
             _check_id("task_id", task_id)
             _check_int("epoch", epoch, 1)
         now = str(self._now_ms())
-        async with self._client.pipeline(transaction=False) as pipe:
-            for task_id, epoch, node_id in requests:
-                await self._script(
-                    keys=self.keys(task_id),
-                    args=["claim_load", str(epoch), node_id, now, self._owner],
-                    client=pipe,
-                )
-            replies = await pipe.execute(raise_on_error=False)
+        replies = await self._evalsha_many(
+            [
+                (self.keys(task_id), ["claim_load", str(epoch), node_id, now, self._owner])
+                for task_id, epoch, node_id in requests
+            ]
+        )
         out: list[tuple[ReplicationResult, RemoteState | None] | Exception] = []
         for (task_id, _epoch, _node), reply in zip(requests, replies, strict=True):
             if isinstance(reply, Exception):

@@ -229,6 +229,35 @@ async def test_script_cache_flush_is_handled(
         assert results == [ReplicationResult(Outcome.OK, 1)] * 2
 
 
+async def _script_exists_calls(client: redis.asyncio.Redis) -> int:
+    stats = await client.info("commandstats")
+    return int(stats.get("cmdstat_script|exists", {}).get("calls", 0))
+
+
+async def test_a_batch_is_one_round_trip_without_script_exists(
+    replica: RedisCheckpointReplica, redis_client: redis.asyncio.Redis
+) -> None:
+    """redis-py sends SCRIPT EXISTS before a pipeline that runs a registered Script;
+    the replica sends bare EVALSHAs and loads the script only on NOSCRIPT."""
+    async with asyncio.timeout(5):
+        t, u = new_task(), new_task()
+        await replica.write(item(t, 1, (ev(t, 1, 1),)))  # the script is cached now
+        before = await _script_exists_calls(redis_client)
+        for seq in range(2, 6):
+            results = await replica.write_many(
+                [item(t, 1, (ev(t, seq, 1),)), item(u, 1, (ev(u, seq - 1, 1),))]
+            )
+            assert results == [ReplicationResult(Outcome.OK, 1)] * 2
+        claimed = await replica.claim_load_many([(t, 2, "node-b")])
+        assert claimed[0][0] == ReplicationResult(Outcome.OK, 2)  # type: ignore[index]
+        assert await _script_exists_calls(redis_client) == before
+        # after a flush the NOSCRIPT calls are sent again, in order, once loaded
+        await redis_client.script_flush()
+        results = await replica.write_many([item(u, 1, (ev(u, 5, 1),)), item(u, 1, (ev(u, 6, 1),))])
+        assert results == [ReplicationResult(Outcome.OK, 1)] * 2
+        assert await redis_client.zcard(task_keys(u, PREFIX)[2]) == 6
+
+
 async def test_replicator_ships_in_order_and_coalesces(
     replica: RedisCheckpointReplica,
 ) -> None:

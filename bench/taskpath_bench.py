@@ -34,7 +34,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -64,6 +66,38 @@ def _pct(values: list[float], q: float) -> float:
         return float("nan")
     s = sorted(values)
     return s[min(len(s) - 1, max(0, round(q * (len(s) - 1))))]
+
+
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _proc_cpu_s(pid: int | None, children: bool = False) -> float:
+    """CPU seconds (user + system) of ``pid``; with ``children``, of its live child processes."""
+    if pid is None:
+        return 0.0
+    total = 0.0
+    pids = [pid]
+    if children:
+        pids = []
+        for task in Path(f"/proc/{pid}/task").glob("*/children"):
+            with contextlib.suppress(OSError):
+                pids += [int(c) for c in task.read_text().split()]
+    for p in pids:
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / _TICK
+    return total
+
+
+def _cpu(cluster: LocalCluster) -> dict[str, float]:
+    """CPU seconds so far per role: agents, their worker processes, coordinator, redis, etcd."""
+    return {
+        "agent": sum(_proc_cpu_s(a.pid) for a in cluster.agents),
+        "workers": sum(_proc_cpu_s(a.pid, children=True) for a in cluster.agents),
+        "coordinator": sum(_proc_cpu_s(c.pid) for c in cluster.coordinators),
+        "redis": _proc_cpu_s(cluster.redis.pid) if cluster.redis else 0.0,
+        "etcd": _proc_cpu_s(cluster.etcd.pid) if cluster.etcd else 0.0,
+    }
 
 
 def _hops(urls: list[str]) -> dict[str, tuple[float, float]]:
@@ -97,6 +131,7 @@ async def _job(
 ) -> dict[str, Any]:
     out = Path(tempfile.mkstemp(prefix="taskpath-", suffix=".jsonl", dir=cluster.run_dir)[1])
     hops0 = _hops(cluster.agent_metrics)
+    cpu0 = _cpu(cluster)
     payload = {
         "steps": args.steps,
         "step_s": args.step_s,
@@ -131,6 +166,7 @@ async def _job(
     lines = [json.loads(x) for x in text.splitlines() if x.strip()]
     job_s = max(x["end_wall"] for x in lines) - t0
     hops1 = _hops(cluster.agent_metrics)
+    cpu1 = _cpu(cluster)
     hops = {
         hop: (hops1[hop][0] - hops0.get(hop, (0.0, 0.0))[0])
         / max(1.0, hops1[hop][1] - hops0.get(hop, (0.0, 0.0))[1])
@@ -138,7 +174,8 @@ async def _job(
         for hop in hops1
         if hops1[hop][1] - hops0.get(hop, (0.0, 0.0))[1] > 0
     }
-    return {"lines": lines, "job_s": job_s, "failed": len(failed), "hops_ms": hops}
+    cpu = {role: cpu1[role] - cpu0[role] for role in cpu1}
+    return {"lines": lines, "job_s": job_s, "failed": len(failed), "hops_ms": hops, "cpu_s": cpu}
 
 
 async def _main(args: argparse.Namespace) -> dict[str, Any]:
@@ -182,6 +219,13 @@ async def _main(args: argparse.Namespace) -> dict[str, Any]:
                         "task_s_p90": _pct([x["task_s"] for x in lines], 0.9),
                         "ideal_task_s_p50": ideal_task,
                         "hops_ms": run["hops_ms"],
+                        # CPU ms per checkpoint per role: (with - without) / checkpoints
+                        "cpu_ms_per_ckpt": {
+                            role: (run["cpu_s"][role] - ideal["cpu_s"][role])
+                            / max(1, len(calls))
+                            * 1000
+                            for role in run["cpu_s"]
+                        },
                         "job_s": run["job_s"],
                         "ideal_job_s": ideal["job_s"],
                         "job_ratio": run["job_s"] / ideal["job_s"],
@@ -210,17 +254,22 @@ def _table(result: dict[str, Any]) -> str:
         "`.venv/bin/python bench/taskpath_bench.py`; "
         "raw figures in `bench/results/taskpath.json`.\n\n"
         "| step | durability | isolation | overhead/step p50 / p99 ms | vs no-checkpoint p50 ms | "
-        "ckpt call p50 / p99 ms | hops (mean ms) | task s p50 / p90 | job s (ideal) |\n"
-        "|---|---|---|---:|---:|---:|---|---:|---:|\n"
+        "ckpt call p50 / p99 ms | hops (mean ms) | CPU per ckpt ms | task s p50 / p90 | "
+        "job s (ideal) |\n"
+        "|---|---|---|---:|---:|---:|---|---|---:|---:|\n"
     )
     body = ""
     for r in result["rows"]:
         hops = ", ".join(f"{k} {v:.2f}" for k, v in sorted(r["hops_ms"].items()))
+        cpu = r["cpu_ms_per_ckpt"]
+        cpu_txt = ", ".join(
+            f"{role} {cpu[role]:.2f}" for role in ("agent", "coordinator", "redis", "etcd")
+        )
         body += (
             f"| {r['kind']} | {r['durability']} | {r['isolation']} | "
             f"{r['overhead_ms_p50']:.1f} / {r['overhead_ms_p99']:.1f} | "
             f"{r['vs_ideal_ms_p50']:.1f} | "
-            f"{r['ckpt_call_ms_p50']:.2f} / {r['ckpt_call_ms_p99']:.2f} | {hops} | "
+            f"{r['ckpt_call_ms_p50']:.2f} / {r['ckpt_call_ms_p99']:.2f} | {hops} | {cpu_txt} | "
             f"{r['task_s_p50']:.2f} / {r['task_s_p90']:.2f} | "
             f"{r['job_s']:.1f} ({r['ideal_job_s']:.1f}) |\n"
         )

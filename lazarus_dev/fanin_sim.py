@@ -1,0 +1,985 @@
+"""A seeded simulator of fan-in: replicas that hold Sessions, an etcd lease election, real agents.
+
+Theory of operation: one seed drives every clock, delay and fault. Three
+coordinator replicas each hold node Sessions and run the REAL
+``coordinator.core.fanin.FollowerCore``; they campaign in an etcd stand-in
+(one lease and one key per campaign, the lowest create revision leads, leases
+expire on etcd's own clock, checked every ``lessor_interval_s`` as etcd's
+lessor does). Nodes are the REAL ``node_agent.core.AgentCore``: its heartbeat
+and self-fence rule (``fence_deadline``) decide when a node stops; the shell
+around it is modelled (a tick every ``node_tick_s`` of its clock, reconnect to
+a random replica after a Session ends, a Hello timeout). Only the leader is a
+model of ``coordinator.core.core``'s liveness part, faithful to it in what the
+proof uses:
+
+- it judges only while it holds authority: from reading its key lowest until
+  ``safe_lease_deadline`` of its newest answered keepalive (then it steps down
+  and campaigns again with a new lease);
+- a forwarded heartbeat counts at its arrival, on the leader's clock; a
+  confirmation is sent only under authority; a heartbeat of a node it (or an
+  earlier leader) declared DEAD is refused until that node's Hello is
+  confirmed (the Welcome);
+- after its election it judges no node for ``dead_after_s +
+  new_leader_floor_s`` (``leader_grace_s``), then a node is DEAD after
+  ``dead_after_s`` of silence (the first tick at or after it).
+
+Faults: partitions between every pair of kinds (node-replica,
+replica-replica, replica-etcd, which includes leader-etcd), replica crash and
+restart (the leader more often), leader resign, node crash and restart (a new
+incarnation), message delay spikes (messages reorder), and clock rates in
+``1 ± clock_drift`` (half the processes at the extremes). A safety phase with
+faults is followed by a healed phase.
+
+The checker runs after every event: a node that an authority declared DEAD
+(and whose Hello no leader confirmed since) must not consider itself unfenced:
+``AgentCore.ownership().valid_at(its clock now)`` must be False. A failure
+raises ``SimulationFailure`` whose message starts with ``seed=<n>`` and ends
+with the replay command. At the end of the healed phase every live node must
+hold an open Session (a liveness check, so a run that fenced everything does
+not pass for safe).
+
+Not modelled (yet): tasks (only the fence is checked: the task layer above it
+is ``lazarus_dev.fleetsim``'s), process stalls, etcd as several members (one
+linearizable store; a read's answer reflects etcd when it handled it), the
+mass-failure guard, message duplication, Hello/Welcome reconciliation of held
+tasks, and the shell's admission control on reconnect storms.
+
+Purity: no clock, no IO, randomness only from ``random.Random(seed)``
+(``tests/unit/test_fanin_sim.py`` runs the purity checker on this module).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
+from random import Random
+
+from coordinator.core import fanin
+from coordinator.core.fanin import (
+    Ack,
+    AckBasis,
+    BatchConfirmed,
+    ElectionObserved,
+    EntryKind,
+    FanInSettings,
+    FollowerCore,
+    ForwardBatch,
+    HeartbeatReceived,
+    ReadElection,
+    SessionEnded,
+    safe_lease_deadline,
+)
+from node_agent import core as agent_core
+from node_agent.core import AgentCore, SessionState
+from node_agent.core import records as agent_records
+
+__all__ = [
+    "FAULT_KINDS",
+    "FanInConfig",
+    "FanInReport",
+    "FanInSimulation",
+    "SimulationFailure",
+    "replay_command",
+    "sweep",
+]
+
+FAULT_KINDS = (
+    "partition_node_replica",
+    "partition_replica_replica",
+    "partition_replica_etcd",
+    "partition_leader_etcd",
+    "crash_leader",
+    "crash_replica",
+    "resign",
+    "crash_node",
+)
+"""Every fault the safety phase draws from (uniformly)."""
+
+ETCD = "etcd"
+
+
+class SimulationFailure(AssertionError):
+    """A checker found a broken invariant; the message starts with ``seed=<n>``."""
+
+
+def replay_command(seed: int) -> str:
+    """The shell command that replays ``seed``."""
+    return f"python -m lazarus_dev.fanin_sim --seed {seed}"
+
+
+@dataclass(frozen=True, slots=True)
+class FanInConfig:
+    """Shape of one run.
+
+    Attributes:
+        settings: the fan-in timing under test (replicas, leader, Welcome).
+        nodes: node agents in the fleet.
+        replicas: coordinator replicas.
+        safety_s: simulated seconds with faults.
+        heal_s: simulated seconds after every fault healed.
+        fault_rate_per_s: expected faults per simulated second.
+        faults: the fault kinds drawn (a subset of ``FAULT_KINDS``).
+        max_latency_s: one-way delay is uniform in [0.5 ms, this].
+        spike_probability: chance a message takes a spike delay instead.
+        max_spike_s: a spike delay is uniform in [max_latency_s, this].
+        clock_drift: each clock's rate is in [1 - d, 1 + d] (at most the
+            settings' ``clock_drift``, which the rule assumes).
+        node_tick_s: the agent shell's tick period (node clock).
+        replica_tick_s: a replica's FollowerCore tick period.
+        leader_tick_s: the leader's verdict tick period.
+        fence_lead_s: the agents' ``fence_lead_s``.
+        hello_timeout_s: an agent gives up on a Hello without Welcome after this.
+        keepalives_per_ttl: keepalives per lease TTL (``coordinator.election``: 6).
+        lessor_interval_s: etcd checks lease expiry this often (its clock).
+        leader_grace_s: a new leader's grace; None: ``dead_after_s + new_leader_floor_s``.
+        script: (time, fault kind) pairs run instead of random faults when not empty.
+        max_down_s: a crashed process or a partition lasts up to this long.
+    """
+
+    settings: FanInSettings = field(default_factory=FanInSettings)
+    nodes: int = 6
+    replicas: int = 3
+    safety_s: float = 30.0
+    heal_s: float = 15.0
+    fault_rate_per_s: float = 0.5
+    faults: tuple[str, ...] = FAULT_KINDS
+    max_latency_s: float = 0.01
+    spike_probability: float = 0.02
+    max_spike_s: float = 0.6
+    clock_drift: float = 0.01
+    node_tick_s: float = 0.1
+    replica_tick_s: float = 0.05
+    leader_tick_s: float = 0.1
+    fence_lead_s: float = 0.5
+    hello_timeout_s: float = 2.0
+    keepalives_per_ttl: int = 6
+    lessor_interval_s: float = 0.5
+    leader_grace_s: float | None = None
+    script: tuple[tuple[float, str], ...] = ()
+    max_down_s: float = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class FanInReport:
+    """What one run did (for tests that the faults were exercised)."""
+
+    seed: int
+    events: int
+    acks: dict[str, int]
+    verdicts: int
+    fences: int
+    elections: int
+    faults: dict[str, int]
+
+
+# ---------------------------------------------------------------------------
+# Processes
+# ---------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Clock:
+    rate: float
+    offset: float
+
+    def local(self, t: float) -> float:
+        return self.offset + self.rate * t
+
+    def real_after(self, local_s: float) -> float:
+        return local_s / self.rate
+
+
+@dataclass(slots=True)
+class _Lease:
+    lease_id: int
+    expiry_s: float  # etcd clock
+
+
+@dataclass(slots=True)
+class _Etcd:
+    clock: _Clock
+    revision: int = 1
+    next_lease: int = 1
+    leases: dict[int, _Lease] = field(default_factory=dict)
+    keys: dict[int, tuple[str, int]] = field(default_factory=dict)  # term -> (replica, lease)
+
+    def delete_lease(self, lease_id: int) -> None:
+        if self.leases.pop(lease_id, None) is None:
+            return
+        for term in [t for t, (_, lease) in self.keys.items() if lease == lease_id]:
+            self.revision += 1
+            del self.keys[term]
+
+    def lowest(self) -> tuple[int | None, str]:
+        if not self.keys:
+            return None, ""
+        term = min(self.keys)
+        return term, self.keys[term][0]
+
+
+@dataclass(slots=True)
+class _Leading:
+    term: int
+    elected_s: float
+    grace_until_s: float
+    last_heard: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class _Replica:
+    replica_id: str
+    clock: _Clock
+    alive: bool = False
+    gen: int = 0
+    core: FollowerCore | None = None
+    lease_id: int | None = None
+    term: int | None = None
+    safe_deadline_s: float = float("-inf")
+    campaigning: bool = False
+    leading: _Leading | None = None
+    sessions: dict[str, str] = field(default_factory=dict)  # session id -> node id
+    read_revision: int = -1  # newest etcd revision this replica's role followed
+
+
+@dataclass(slots=True)
+class _Node:
+    node_id: str
+    clock: _Clock
+    agent: AgentCore | None = None
+    incarnation: int = 0
+    gen: int = 0
+    session: tuple[str, str] | None = None  # (replica id, session id)
+    hello_deadline_s: float | None = None
+
+
+# ---------------------------------------------------------------------------
+# The simulation
+# ---------------------------------------------------------------------------
+
+
+class FanInSimulation:
+    """One seeded run; ``run()`` returns a report or raises ``SimulationFailure``.
+
+    Args:
+        seed: drives every random choice.
+        config: the run's shape.
+    """
+
+    def __init__(self, seed: int, config: FanInConfig | None = None) -> None:
+        self.seed = seed
+        self.config = config or FanInConfig()
+        self.settings = self.config.settings
+        self.rng = Random(seed)
+        self.now = 0.0
+        self._queue: list[tuple[float, int, Callable[[], None]]] = []
+        self._order = 0
+        self._events = 0
+        self._partitions: dict[frozenset[str], int] = {}
+        self._dead: dict[str, str] = {}  # node id -> who declared it DEAD (the etcd record)
+        self._acks = {basis.value: 0 for basis in AckBasis}
+        self._verdicts = 0
+        self._fences = 0
+        self._elections = 0
+        self._faults: dict[str, int] = {}
+        self._next_session = 0
+        self._grace_s = (
+            self.config.leader_grace_s
+            if self.config.leader_grace_s is not None
+            else self.settings.dead_after_s + self.settings.new_leader_floor_s
+        )
+        self.etcd = _Etcd(self._new_clock())
+        self.replicas = {
+            f"r{i}": _Replica(f"r{i}", self._new_clock()) for i in range(self.config.replicas)
+        }
+        self.nodes = {f"n{i}": _Node(f"n{i}", self._new_clock()) for i in range(self.config.nodes)}
+
+    # ------------------------------------------------------------ the loop
+
+    def run(self) -> FanInReport:
+        """Run the safety phase, heal, run the healed phase, check liveness.
+
+        Raises:
+            SimulationFailure: an invariant broke (message: seed, what, replay command).
+        """
+        cfg = self.config
+        self._at(0.0, self._lessor)
+        for replica in self.replicas.values():
+            self._at(self.rng.uniform(0.0, 0.05), partial(self._start_replica, replica))
+        for node in self.nodes.values():
+            self._at(self.rng.uniform(0.3, 1.0), partial(self._spawn, node))
+        for when, kind in cfg.script:
+            self._at(when, partial(self._fault, kind))
+        t = 2.0
+        while not cfg.script and cfg.fault_rate_per_s > 0 and cfg.faults:
+            t += self.rng.expovariate(cfg.fault_rate_per_s)
+            if t >= cfg.safety_s:
+                break
+            self._at(t, self._fault)
+        self._at(cfg.safety_s, self._heal)
+        end = cfg.safety_s + cfg.heal_s
+        while self._queue and self._queue[0][0] <= end:
+            when, _, action = heapq.heappop(self._queue)
+            self.now = when
+            self._events += 1
+            action()
+            self._check()
+        self._check_liveness()
+        return FanInReport(
+            seed=self.seed,
+            events=self._events,
+            acks=dict(self._acks),
+            verdicts=self._verdicts,
+            fences=self._fences,
+            elections=self._elections,
+            faults=dict(sorted(self._faults.items())),
+        )
+
+    def _at(self, when: float, action: Callable[[], None]) -> None:
+        self._order += 1
+        heapq.heappush(self._queue, (when, self._order, action))
+
+    def _fail(self, message: str) -> None:
+        raise SimulationFailure(
+            f"seed={self.seed} t={self.now:.4f}: {message}\nreplay: {replay_command(self.seed)}"
+        )
+
+    def _new_clock(self) -> _Clock:
+        d = self.config.clock_drift
+        roll = self.rng.random()
+        rate = 1 - d if roll < 0.25 else 1 + d if roll < 0.5 else self.rng.uniform(1 - d, 1 + d)
+        return _Clock(rate, self.rng.uniform(0.0, 1000.0))
+
+    def _every(
+        self, clock: _Clock, period_s: float, alive: Callable[[], bool], fn: Callable[[], None]
+    ) -> None:
+        """Call ``fn`` every ``period_s`` of ``clock`` while ``alive()``."""
+
+        def go() -> None:
+            if not alive():
+                return
+            fn()
+            if alive():
+                self._at(self.now + clock.real_after(period_s), go)
+
+        self._at(self.now + clock.real_after(period_s) * self.rng.random(), go)
+
+    # ------------------------------------------------------------ network
+
+    def _up(self, a: str, b: str) -> bool:
+        return frozenset((a, b)) not in self._partitions
+
+    def _send(self, src: str, dst: str, deliver: Callable[[], None]) -> None:
+        """Deliver after a random delay unless a partition between the ends drops it."""
+        if not self._up(src, dst):
+            return
+        cfg = self.config
+        if self.rng.random() < cfg.spike_probability:
+            delay = self.rng.uniform(cfg.max_latency_s, cfg.max_spike_s)
+        else:
+            delay = self.rng.uniform(0.0005, cfg.max_latency_s)
+
+        def arrive() -> None:
+            if self._up(src, dst):
+                deliver()
+
+        self._at(self.now + delay, arrive)
+
+    # ------------------------------------------------------------ etcd
+
+    def _lessor(self) -> None:
+        etcd = self.etcd
+        local = etcd.clock.local(self.now)
+        for lease in sorted(etcd.leases.values(), key=lambda lease: lease.lease_id):
+            if lease.expiry_s <= local:
+                etcd.delete_lease(lease.lease_id)
+        self._at(self.now + etcd.clock.real_after(self.config.lessor_interval_s), self._lessor)
+
+    def _etcd_campaign(self, replica_id: str) -> tuple[int, int, float]:
+        etcd = self.etcd
+        lease_id = etcd.next_lease
+        etcd.next_lease += 1
+        ttl = self.settings.lease_ttl_s
+        etcd.leases[lease_id] = _Lease(lease_id, etcd.clock.local(self.now) + ttl)
+        etcd.revision += 1
+        etcd.keys[etcd.revision] = (replica_id, lease_id)
+        return lease_id, etcd.revision, ttl
+
+    def _etcd_keepalive(self, lease_id: int) -> float:
+        lease = self.etcd.leases.get(lease_id)
+        if lease is None:
+            return 0.0
+        ttl = self.settings.lease_ttl_s
+        lease.expiry_s = self.etcd.clock.local(self.now) + ttl
+        return ttl
+
+    # ------------------------------------------------------------ replicas
+
+    def _alive(self, replica: _Replica, gen: int) -> Callable[[], bool]:
+        return lambda: replica.alive and replica.gen == gen
+
+    def _start_replica(self, replica: _Replica) -> None:
+        replica.alive = True
+        replica.gen += 1
+        replica.core = FollowerCore(self.settings)
+        replica.lease_id = replica.term = None
+        replica.safe_deadline_s = float("-inf")
+        replica.campaigning = False
+        replica.leading = None
+        replica.sessions = {}
+        replica.read_revision = -1
+        gen = replica.gen
+        alive = self._alive(replica, gen)
+        self._campaign(replica)
+        ttl = self.settings.lease_ttl_s
+        self._every(
+            replica.clock,
+            ttl / self.config.keepalives_per_ttl,
+            alive,
+            lambda: self._keepalive(replica),
+        )
+        self._every(
+            replica.clock, self.config.replica_tick_s, alive, lambda: self._replica_tick(replica)
+        )
+        self._every(
+            replica.clock, self.config.leader_tick_s, alive, lambda: self._leader_tick(replica)
+        )
+
+    def _rlocal(self, replica: _Replica) -> float:
+        return replica.clock.local(self.now)
+
+    def _campaign(self, replica: _Replica) -> None:
+        if replica.campaigning:
+            return
+        replica.campaigning = True
+        sent = self._rlocal(replica)
+        gen = replica.gen
+        rid = replica.replica_id
+
+        def at_etcd() -> None:
+            lease_id, term, ttl = self._etcd_campaign(rid)
+            self._send(ETCD, rid, lambda: answered(lease_id, term, ttl))
+
+        def answered(lease_id: int, term: int, ttl: float) -> None:
+            if not (replica.alive and replica.gen == gen):
+                return
+            replica.campaigning = False
+            replica.lease_id, replica.term = lease_id, term
+            replica.safe_deadline_s = safe_lease_deadline(sent, ttl, self.settings.clock_drift)
+
+        self._send(rid, ETCD, at_etcd)
+        # A lost request or answer: try again (a new lease) after the TTL.
+        self._at(
+            self.now + replica.clock.real_after(self.settings.lease_ttl_s),
+            lambda: self._campaign_timeout(replica, gen),
+        )
+
+    def _campaign_timeout(self, replica: _Replica, gen: int) -> None:
+        if (
+            replica.alive
+            and replica.gen == gen
+            and replica.campaigning
+            and replica.lease_id is None
+        ):
+            replica.campaigning = False
+            self._campaign(replica)
+
+    def _keepalive(self, replica: _Replica) -> None:
+        lease_id = replica.lease_id
+        if lease_id is None:
+            return
+        sent = self._rlocal(replica)
+        gen = replica.gen
+        rid = replica.replica_id
+
+        def answered(ttl: float) -> None:
+            if not (replica.alive and replica.gen == gen and replica.lease_id == lease_id):
+                return
+            if ttl <= 0:
+                self._lose_lease(replica)
+                return
+            replica.safe_deadline_s = max(
+                replica.safe_deadline_s, safe_lease_deadline(sent, ttl, self.settings.clock_drift)
+            )
+
+        self._send(
+            rid,
+            ETCD,
+            lambda: self._send(ETCD, rid, partial(answered, self._etcd_keepalive(lease_id))),
+        )
+
+    def _lose_lease(self, replica: _Replica) -> None:
+        """The lease is gone or its safe deadline passed: step down, campaign with a new lease."""
+        self._step_down(replica)
+        replica.lease_id = replica.term = None
+        replica.safe_deadline_s = float("-inf")
+        self._campaign(replica)
+
+    def _step_down(self, replica: _Replica) -> None:
+        replica.leading = None
+
+    def _authority(self, replica: _Replica) -> bool:
+        """Leading and within the safe lease deadline (the leader's own clock)."""
+        return replica.leading is not None and self._rlocal(replica) < replica.safe_deadline_s
+
+    def _replica_tick(self, replica: _Replica) -> None:
+        now = self._rlocal(replica)
+        if replica.lease_id is not None and now >= replica.safe_deadline_s:
+            self._lose_lease(replica)
+        if replica.core is not None:  # a live replica always has one
+            self._run(replica, replica.core.tick(now))
+
+    def _run(self, replica: _Replica, commands: list[fanin.Command]) -> None:
+        for command in commands:
+            if isinstance(command, ReadElection):
+                self._read(replica, command.read_id)
+            elif isinstance(command, ForwardBatch):
+                self._forward(replica, command)
+            elif isinstance(command, Ack):
+                self._ack(replica, command)
+
+    def _step(self, replica: _Replica, event: fanin.Event) -> None:
+        if replica.core is not None:
+            self._run(replica, replica.core.step(event))
+
+    def _read(self, replica: _Replica, read_id: int) -> None:
+        gen = replica.gen
+        rid = replica.replica_id
+
+        def at_etcd() -> None:
+            revision = self.etcd.revision
+            term, leader_id = self.etcd.lowest()
+            self._send(ETCD, rid, lambda: answered(revision, term, leader_id))
+
+        def answered(revision: int, term: int | None, leader_id: str) -> None:
+            if not (replica.alive and replica.gen == gen):
+                return
+            if revision >= replica.read_revision:
+                replica.read_revision = revision
+                self._observe_election(replica, term)
+            self._step(
+                replica, ElectionObserved(read_id, revision, term, leader_id, self._rlocal(replica))
+            )
+
+        self._send(rid, ETCD, at_etcd)
+
+    def _observe_election(self, replica: _Replica, leader_term: int | None) -> None:
+        """The replica's own role: lead when its key is the lowest and its lease is safe."""
+        if replica.term is None or leader_term is None:
+            return
+        if leader_term == replica.term:
+            if replica.leading is None and self._rlocal(replica) < replica.safe_deadline_s:
+                self._become_leader(replica)
+        elif replica.leading is not None:
+            self._lose_lease(replica)  # our key is gone (another key is lowest)
+
+    def _become_leader(self, replica: _Replica) -> None:
+        now = self._rlocal(replica)
+        if replica.term is None:
+            return
+        replica.leading = _Leading(replica.term, now, now + self._grace_s)
+        self._elections += 1
+
+    def _leader_tick(self, replica: _Replica) -> None:
+        if replica.leading is None:
+            return
+        if not self._authority(replica):
+            self._step_down(replica)
+            return
+        leading = replica.leading
+        now = self._rlocal(replica)
+        if now < leading.grace_until_s:
+            return
+        for node_id in sorted(self.nodes):
+            if node_id in self._dead:
+                continue
+            last = leading.last_heard.get(node_id)
+            if last is not None and now < last + self.settings.dead_after_s:
+                continue
+            self._declare_dead(replica, node_id)
+
+    def _declare_dead(self, replica: _Replica, node_id: str) -> None:
+        self._dead[node_id] = (
+            f"{replica.replica_id} (term {replica.leading.term if replica.leading else '?'})"
+        )
+        self._verdicts += 1
+        self._check_node(node_id)
+
+    def _confirm(self, replica: _Replica, batch: ForwardBatch) -> tuple[str, ...] | None:
+        """The leader's side of a batch: None without authority, else the refused nodes."""
+        if not self._authority(replica) or replica.leading is None:
+            return None
+        if batch.leader_term != replica.leading.term:
+            return None
+        now = self._rlocal(replica)
+        refused: list[str] = []
+        for entry in batch.entries:
+            if entry.kind is EntryKind.HEARTBEAT and entry.node_id in self._dead:
+                refused.append(entry.node_id)
+                continue
+            replica.leading.last_heard[entry.node_id] = now
+            if entry.kind is EntryKind.HELLO:
+                self._dead.pop(entry.node_id, None)
+        return tuple(sorted(set(refused)))
+
+    def _forward(self, replica: _Replica, batch: ForwardBatch) -> None:
+        rid = replica.replica_id
+        if batch.leader_id == rid:
+            refused = self._confirm(replica, batch)
+            if refused is not None:
+                self._step(replica, BatchConfirmed(batch.batch_id, self._rlocal(replica), refused))
+            return
+        leader = self.replicas.get(batch.leader_id)
+        if leader is None:
+            return
+        gen = replica.gen
+
+        def at_leader(lgen: int = leader.gen) -> None:
+            if not (leader.alive and leader.gen == lgen):
+                return
+            refused = self._confirm(leader, batch)
+            if refused is not None:
+                self._send(leader.replica_id, rid, lambda: confirmed(refused))
+
+        def confirmed(refused: tuple[str, ...]) -> None:
+            if replica.alive and replica.gen == gen:
+                self._step(replica, BatchConfirmed(batch.batch_id, self._rlocal(replica), refused))
+
+        self._send(rid, leader.replica_id, at_leader)
+
+    def _ack(self, replica: _Replica, ack: Ack) -> None:
+        self._acks[ack.basis.value] += 1
+        node = self.nodes[ack.node_id]
+        term = replica.leading.term if replica.leading else 0
+        if ack.kind is EntryKind.HELLO:
+            s = self.settings
+            message: agent_records.CoordinatorMessage = agent_records.Welcome(
+                term=term,
+                leader_id=replica.replica_id,
+                session_id=ack.session_id,
+                heartbeat_interval_ms=round(s.heartbeat_interval_s * 1000),
+                fence_after_ms=round(s.fence_after_s * 1000),
+                dead_after_ms=round(s.dead_after_s * 1000),
+            )
+        else:
+            message = agent_records.HeartbeatAck(ack.seq, term)
+        session = (replica.replica_id, ack.session_id)
+        self._send(
+            replica.replica_id, ack.node_id, lambda: self._node_receive(node, session, message)
+        )
+
+    def _replica_receive(
+        self, replica: _Replica, gen: int, node_id: str, session_id: str, seq: int, kind: EntryKind
+    ) -> None:
+        if not (replica.alive and replica.gen == gen):
+            return
+        if kind is EntryKind.HELLO:
+            replica.sessions[session_id] = node_id
+        elif replica.sessions.get(session_id) != node_id:
+            return
+        self._step(
+            replica, HeartbeatReceived(node_id, session_id, seq, self._rlocal(replica), kind)
+        )
+
+    def _replica_session_ended(
+        self, replica: _Replica, gen: int, node_id: str, session_id: str
+    ) -> None:
+        if (
+            replica.alive
+            and replica.gen == gen
+            and replica.sessions.pop(session_id, None) is not None
+        ):
+            self._step(replica, SessionEnded(node_id, session_id, self._rlocal(replica)))
+
+    def _crash_replica(self, replica: _Replica, down_s: float) -> None:
+        if not replica.alive:
+            return
+        replica.alive = False
+        replica.gen += 1
+        replica.leading = None
+        replica.core = None
+        for node in self.nodes.values():
+            if node.session is not None and node.session[0] == replica.replica_id:
+                session = node.session
+                self._at(
+                    self.now + self.rng.uniform(0.02, 1.0),
+                    partial(self._node_stream_broke, node, session),
+                )
+        replica.sessions = {}
+        self._at(self.now + down_s, lambda: self._start_replica(replica))
+
+    def _resign(self, replica: _Replica) -> None:
+        if replica.leading is None or replica.lease_id is None:
+            return
+        lease_id = replica.lease_id
+        self._step_down(replica)  # stop first, then revoke (election.Leadership.resign)
+        replica.lease_id = replica.term = None
+        replica.safe_deadline_s = float("-inf")
+        self._send(replica.replica_id, ETCD, lambda: self.etcd.delete_lease(lease_id))
+        gen = replica.gen
+        self._at(
+            self.now + 0.3,
+            lambda: self._campaign(replica) if replica.alive and replica.gen == gen else None,
+        )
+
+    # ------------------------------------------------------------ nodes
+
+    def _nlocal(self, node: _Node) -> float:
+        return node.clock.local(self.now)
+
+    def _spawn(self, node: _Node) -> None:
+        node.incarnation += 1
+        node.gen += 1
+        node.agent = AgentCore(
+            node.node_id,
+            f"{node.node_id}-i{node.incarnation}",
+            fence_lead_s=self.config.fence_lead_s,
+        )
+        node.session = None
+        gen = node.gen
+        self._every(
+            node.clock,
+            self.config.node_tick_s,
+            lambda: node.agent is not None and node.gen == gen,
+            lambda: self._node_tick(node),
+        )
+        self._connect(node)
+
+    def _connect(self, node: _Node) -> None:
+        if node.agent is None or node.session is not None:
+            return
+        replica = self.replicas[self.rng.choice(sorted(self.replicas))]
+        self._next_session += 1
+        session_id = f"s{self._next_session}"
+        node.session = (replica.replica_id, session_id)
+        node.hello_deadline_s = self._nlocal(node) + self.config.hello_timeout_s
+        node.agent.hello(self._nlocal(node), 0)
+        if not replica.alive:  # connection refused: try another replica soon
+            session = node.session
+            self._at(
+                self.now + self.rng.uniform(0.01, 0.2),
+                lambda: self._node_stream_broke(node, session),
+            )
+            return
+        gen = replica.gen
+        self._send(
+            node.node_id,
+            replica.replica_id,
+            lambda: self._replica_receive(
+                replica, gen, node.node_id, session_id, 0, EntryKind.HELLO
+            ),
+        )
+
+    def _reconnect_soon(self, node: _Node) -> None:
+        gen = node.gen
+        self._at(
+            self.now + self.rng.uniform(0.05, 0.5),
+            lambda: self._connect(node) if node.gen == gen else None,
+        )
+
+    def _close_session(self, node: _Node) -> None:
+        if node.session is None:
+            return
+        rid, session_id = node.session
+        node.session = None
+        replica = self.replicas[rid]
+        gen = replica.gen
+        self._send(
+            node.node_id,
+            rid,
+            lambda: self._replica_session_ended(replica, gen, node.node_id, session_id),
+        )
+        self._reconnect_soon(node)
+
+    def _node_tick(self, node: _Node) -> None:
+        agent = node.agent
+        if agent is None:
+            return
+        now = self._nlocal(node)
+        self._node_exec(node, agent.tick(now, 0))
+        if (
+            node.session is not None
+            and agent.session is not SessionState.OPEN
+            and node.hello_deadline_s is not None
+            and now >= node.hello_deadline_s
+        ):
+            self._close_session(node)
+
+    def _node_exec(self, node: _Node, commands: list[agent_core.Command]) -> None:
+        for command in commands:
+            if isinstance(command, agent_core.Send) and isinstance(
+                command.message, agent_records.Heartbeat
+            ):
+                if node.session is None:
+                    continue
+                rid, session_id = node.session
+                replica = self.replicas[rid]
+                gen = replica.gen
+                seq = command.message.seq
+                self._send(
+                    node.node_id,
+                    rid,
+                    partial(
+                        self._replica_receive,
+                        replica,
+                        gen,
+                        node.node_id,
+                        session_id,
+                        seq,
+                        EntryKind.HEARTBEAT,
+                    ),
+                )
+            elif isinstance(command, agent_core.CloseSession):
+                if command.reason.startswith("self-fenced"):
+                    self._fences += 1
+                self._close_session(node)
+            elif isinstance(command, agent_core.Notice) and command.kind == "self_fence":
+                pass
+
+    def _node_receive(
+        self, node: _Node, session: tuple[str, str], message: agent_records.CoordinatorMessage
+    ) -> None:
+        if node.agent is None or node.session != session:
+            return
+        self._node_exec(node, node.agent.on_message(message, self._nlocal(node), 0))
+
+    def _node_stream_broke(self, node: _Node, session: tuple[str, str]) -> None:
+        if node.agent is None or node.session != session:
+            return
+        node.session = None
+        self._node_exec(node, node.agent.on_session_closed(self._nlocal(node), "stream broken"))
+        self._reconnect_soon(node)
+
+    def _crash_node(self, node: _Node, down_s: float) -> None:
+        if node.agent is None:
+            return
+        node.agent = None
+        node.gen += 1
+        if node.session is not None:
+            rid, session_id = node.session
+            replica = self.replicas[rid]
+            gen = replica.gen
+            self._at(
+                self.now + self.rng.uniform(0.02, 1.0),
+                lambda: self._replica_session_ended(replica, gen, node.node_id, session_id),
+            )
+        node.session = None
+        self._at(self.now + down_s, lambda: self._spawn(node))
+
+    # ------------------------------------------------------------ faults
+
+    def _leader(self) -> _Replica | None:
+        leaders = [r for r in self.replicas.values() if r.leading is not None]
+        return self.rng.choice(leaders) if leaders else None
+
+    def _partition(self, a: str, b: str, duration_s: float) -> None:
+        key = frozenset((a, b))
+        self._partitions[key] = self._partitions.get(key, 0) + 1
+
+        def heal() -> None:
+            left = self._partitions.get(key, 0) - 1
+            if left <= 0:
+                self._partitions.pop(key, None)
+            else:
+                self._partitions[key] = left
+
+        self._at(self.now + duration_s, heal)
+
+    def _fault(self, kind: str = "") -> None:
+        rng = self.rng
+        kind = kind or rng.choice(self.config.faults)
+        replica_ids = sorted(self.replicas)
+        leader = self._leader()
+        duration = rng.uniform(0.5, self.config.max_down_s)
+        if kind == "partition_node_replica":
+            self._partition(rng.choice(sorted(self.nodes)), rng.choice(replica_ids), duration)
+        elif kind == "partition_replica_replica":
+            a, b = rng.sample(replica_ids, 2)
+            self._partition(a, b, duration)
+        elif kind == "partition_replica_etcd":
+            self._partition(rng.choice(replica_ids), ETCD, duration)
+        elif kind == "partition_leader_etcd":
+            if leader is None:
+                return
+            self._partition(leader.replica_id, ETCD, duration)
+            if rng.random() < 0.5:  # and from its followers: the fleet's worst case
+                for rid in replica_ids:
+                    if rid != leader.replica_id:
+                        self._partition(leader.replica_id, rid, duration)
+        elif kind == "crash_leader":
+            if leader is None:
+                return
+            self._crash_replica(leader, duration)
+        elif kind == "crash_replica":
+            self._crash_replica(self.replicas[rng.choice(replica_ids)], duration)
+        elif kind == "resign":
+            if leader is None:
+                return
+            self._resign(leader)
+        elif kind == "crash_node":
+            self._crash_node(self.nodes[rng.choice(sorted(self.nodes))], duration)
+        self._faults[kind] = self._faults.get(kind, 0) + 1
+
+    def _heal(self) -> None:
+        self._partitions.clear()
+
+    # ------------------------------------------------------------ checks
+
+    def _check(self) -> None:
+        for node_id in sorted(self._dead):
+            self._check_node(node_id)
+
+    def _check_node(self, node_id: str) -> None:
+        who = self._dead.get(node_id)
+        node = self.nodes[node_id]
+        if who is None or node.agent is None:
+            return
+        now = self._nlocal(node)
+        ownership = node.agent.ownership()
+        if ownership.valid_at(now):
+            self._fail(
+                f"node {node_id} was declared DEAD by {who} but is unfenced for "
+                f"{ownership.deadline_s - now:.3f} s more of its clock "  # type: ignore[operator]
+                f"(session {node.agent.session.value})"
+            )
+
+    def _check_liveness(self) -> None:
+        stuck = [
+            n.node_id
+            for n in self.nodes.values()
+            if n.agent is not None and n.agent.session is not SessionState.OPEN
+        ]
+        if stuck:
+            self._fail(
+                f"after {self.config.heal_s} s healed, nodes without an open Session: {stuck}"
+            )
+
+
+def sweep(seeds: range, config: FanInConfig | None = None) -> list[str]:
+    """Run every seed; return the failure messages (empty when all held)."""
+    failures: list[str] = []
+    for seed in seeds:
+        try:
+            FanInSimulation(seed, config).run()
+        except SimulationFailure as failure:
+            failures.append(str(failure))
+    return failures
+
+
+def _main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(description="Run the fan-in simulator for seeds.")
+    parser.add_argument("--seed", type=int, default=0, help="first seed")
+    parser.add_argument("--count", type=int, default=1, help="seeds to run")
+    args = parser.parse_args(argv)
+    failures = sweep(range(args.seed, args.seed + args.count))
+    for message in failures:
+        print(message)
+    print(f"{args.count - len(failures)}/{args.count} seeds held")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(_main())

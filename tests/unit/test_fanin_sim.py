@@ -1,0 +1,521 @@
+"""Fan-in rule 2: the follower's acking rule (``coordinator.core.fanin``) and its simulator.
+
+Unit tests step ``FollowerCore`` through each decision of the rule. The
+simulator (``lazarus_dev.fanin_sim``) runs the real rule and the real agent
+core under faults: ``test_seeds_sweep`` runs ``LAZARUS_FANIN_SEEDS`` seeds
+(default ``CI_SEEDS``); ``test_the_mutations_are_caught`` breaks one part of
+the rule (or of what it assumes of leaders) at a time and asserts some seed
+among the first ``MUTATION_SEEDS`` reports a DEAD verdict on an unfenced node.
+Scripted runs check the defaults' purpose: one leader crash or resign fences
+no node and declares none DEAD.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import pytest
+
+from coordinator.core.errors import UsageError
+from coordinator.core.fanin import (
+    Ack,
+    AckBasis,
+    BatchConfirmed,
+    Command,
+    ElectionObserved,
+    EntryKind,
+    FanInSettings,
+    FollowerCore,
+    ForwardBatch,
+    HeartbeatReceived,
+    ReadElection,
+    SessionEnded,
+    safe_lease_deadline,
+)
+from lazarus_dev import fanin_sim
+from lazarus_dev.fanin_sim import (
+    FAULT_KINDS,
+    FanInConfig,
+    FanInSimulation,
+    SimulationFailure,
+    sweep,
+)
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from test_core_purity import violations
+
+ROOT = Path(__file__).resolve().parents[2]
+CI_SEEDS = 400
+MUTATION_SEEDS = 200
+
+# ---------------------------------------------------------------- settings
+
+
+def test_the_defaults_satisfy_the_inequalities() -> None:
+    s = FanInSettings()
+    assert (s.heartbeat_interval_s, s.fence_after_s, s.dead_after_s, s.lease_ttl_s) == (
+        0.5,
+        3.5,
+        4.5,
+        2.0,
+    )
+    # I1: (h + f) / (1 - rho) < D / (1 + rho); W is its slack on the replica's clock.
+    assert s.confirm_slack_s == pytest.approx(4.5 / 1.01 - 4.0 / 0.99)
+    assert s.interregnum_window_s == pytest.approx(4.5 * 0.99 / 1.01 - 4.0)
+    assert 0.4 < s.interregnum_window_s < 0.42
+
+
+def test_settings_that_break_the_fence_arithmetic_are_refused() -> None:
+    FanInSettings(fence_after_s=2.0, dead_after_s=3.0)  # DESIGN.md §10 still satisfies I1
+    with pytest.raises(UsageError, match="I1"):
+        FanInSettings(fence_after_s=2.5, dead_after_s=3.0)
+    with pytest.raises(UsageError, match="I1"):
+        FanInSettings(fence_after_s=2.0, dead_after_s=3.0, clock_drift=0.1)
+    with pytest.raises(UsageError):
+        FanInSettings(clock_drift=0.5)
+
+
+def test_a_floor_widens_the_window_by_its_share() -> None:
+    s = FanInSettings(new_leader_floor_s=2.0)
+    assert s.interregnum_window_s == pytest.approx(6.5 * 0.99 / 1.01 - 4.0)
+
+
+def test_the_safe_lease_deadline_ends_before_etcd_can_expire_the_lease() -> None:
+    assert safe_lease_deadline(10.0, 2.0, 0.0) == 12.0
+    deadline = safe_lease_deadline(10.0, 2.0, 0.01)
+    assert deadline == pytest.approx(10.0 + 2.0 * 0.99 / 1.01)
+    # The fastest leader clock reaches it no later than the slowest etcd clock reaches ttl.
+    assert (deadline - 10.0) / (1 - 0.01) <= 2.0 / (1 + 0.01) + 1e-12
+
+
+# ---------------------------------------------------------------- the core
+
+W = FanInSettings().interregnum_window_s
+
+
+def _core() -> FollowerCore:
+    return FollowerCore(FanInSettings())
+
+
+def _read(core: FollowerCore, now: float) -> int:
+    """Tick until a read is issued; its id."""
+    reads = [c for c in core.tick(now) if isinstance(c, ReadElection)]
+    assert len(reads) == 1
+    return reads[0].read_id
+
+
+def _observe(
+    core: FollowerCore, read_id: int, revision: int, term: int | None, now: float
+) -> list[Command]:
+    leader = "" if term is None else f"r{term}"
+    return core.step(ElectionObserved(read_id, revision, term, leader, now))
+
+
+def _acks(commands: Sequence[object]) -> list[Ack]:
+    return [c for c in commands if isinstance(c, Ack)]
+
+
+def _with_leader(term: int = 5, at: float = 0.0) -> FollowerCore:
+    core = _core()
+    read = _read(core, at)
+    assert _observe(core, read, 10, term, at + 0.01) == []
+    return core
+
+
+def test_nothing_is_forwarded_before_a_leader_is_known() -> None:
+    core = _core()
+    core.step(HeartbeatReceived("n1", "s1", 1, 0.0))
+    assert not [c for c in core.tick(0.1) if isinstance(c, ForwardBatch)]
+
+
+def test_a_heartbeat_is_acked_only_after_the_leader_confirmed_its_batch() -> None:
+    core = _with_leader(term=5)
+    assert _acks(core.step(HeartbeatReceived("n1", "s1", 1, 0.02))) == []
+    batches = [c for c in core.tick(0.2) if isinstance(c, ForwardBatch)]
+    assert len(batches) == 1
+    assert batches[0].leader_term == 5
+    assert batches[0].leader_id == "r5"
+    assert [(e.node_id, e.seq, e.kind) for e in batches[0].entries] == [
+        ("n1", 1, EntryKind.HEARTBEAT)
+    ]
+    assert _acks(core.tick(0.3)) == []  # forwarded is not confirmed
+    acks = _acks(core.step(BatchConfirmed(batches[0].batch_id, 0.31)))
+    assert acks == [Ack("n1", "s1", 1, EntryKind.HEARTBEAT, AckBasis.CONFIRMED)]
+    assert core.acked_seq("n1", "s1") == 1
+    assert _acks(core.step(BatchConfirmed(batches[0].batch_id, 0.32))) == []  # once
+
+
+def test_a_refused_node_gets_no_ack() -> None:
+    core = _with_leader()
+    core.step(HeartbeatReceived("n1", "s1", 1, 0.02))
+    core.step(HeartbeatReceived("n2", "s2", 1, 0.02))
+    (batch,) = [c for c in core.tick(0.2) if isinstance(c, ForwardBatch)]
+    acks = _acks(core.step(BatchConfirmed(batch.batch_id, 0.3, refused_nodes=("n1",))))
+    assert [a.node_id for a in acks] == ["n2"]
+
+
+def test_a_confirmation_for_an_ended_session_acks_nothing() -> None:
+    core = _with_leader()
+    core.step(HeartbeatReceived("n1", "s1", 1, 0.02))
+    (batch,) = [c for c in core.tick(0.2) if isinstance(c, ForwardBatch)]
+    core.step(SessionEnded("n1", "s1", 0.25))
+    assert _acks(core.step(BatchConfirmed(batch.batch_id, 0.3))) == []
+
+
+def test_a_hello_is_acked_as_a_hello_and_only_on_confirmation() -> None:
+    core = _with_leader(term=5, at=0.0)
+    core.step(HeartbeatReceived("n1", "s1", 0, 0.02, EntryKind.HELLO))
+    # Even inside an interregnum window, a Hello waits for a leader (the Welcome).
+    read = _read(core, 0.2)
+    assert _acks(_observe(core, read, 11, 7, 0.21)) == []
+    (batch,) = [c for c in core.tick(0.3) if isinstance(c, ForwardBatch)]
+    assert batch.leader_term == 7
+    acks = _acks(core.step(BatchConfirmed(batch.batch_id, 0.35)))
+    assert acks == [Ack("n1", "s1", 0, EntryKind.HELLO, AckBasis.CONFIRMED)]
+
+
+def test_old_and_duplicate_seqs_are_ignored() -> None:
+    core = _with_leader()
+    core.step(HeartbeatReceived("n1", "s1", 2, 0.02))
+    core.step(HeartbeatReceived("n1", "s1", 2, 0.03))
+    core.step(HeartbeatReceived("n1", "s1", 1, 0.04))
+    (batch,) = [c for c in core.tick(0.2) if isinstance(c, ForwardBatch)]
+    assert [e.seq for e in batch.entries] == [2]
+
+
+def test_an_unconfirmed_entry_is_forwarded_again_to_the_next_leader() -> None:
+    core = _with_leader(term=5, at=0.0)
+    core.step(HeartbeatReceived("n1", "s1", 1, 1.0))  # past any window from 0.0
+    commands = core.tick(1.05)
+    (first,) = [c for c in commands if isinstance(c, ForwardBatch)]
+    (read,) = [c.read_id for c in commands if isinstance(c, ReadElection)]
+    assert _acks(_observe(core, read, 12, 9, 1.06)) == []
+    (again,) = [c for c in core.tick(1.2) if isinstance(c, ForwardBatch)]
+    assert again.leader_term == 9
+    assert again.batch_id != first.batch_id
+    assert [e.seq for e in again.entries] == [1]
+
+
+def test_no_interregnum_ack_while_the_leader_key_is_present() -> None:
+    core = _with_leader(term=5, at=0.0)
+    core.step(HeartbeatReceived("n1", "s1", 1, 0.05))
+    for i in range(1, 30):  # the leader is unreachable, its key stays: no ack, ever
+        read = _read(core, 0.25 * i)
+        assert _acks(_observe(core, read, 10, 5, 0.25 * i + 0.01)) == []
+        core.step(HeartbeatReceived("n1", "s1", 1 + i, 0.25 * i + 0.02))
+    assert core.anchor_s == -math.inf
+
+
+def test_the_interregnum_acks_heartbeats_that_arrived_within_w_of_the_last_sighting() -> None:
+    core = _with_leader(term=5, at=0.0)  # the key of term 5 was present at read time 0.0
+    core.step(HeartbeatReceived("n1", "s1", 1, 0.05))
+    read = _read(core, 0.2)  # newer revision: term 5 is gone, term 7 leads
+    acks = _acks(_observe(core, read, 11, 7, 0.21))
+    assert acks == [Ack("n1", "s1", 1, EntryKind.HEARTBEAT, AckBasis.INTERREGNUM)]
+    assert core.anchor_s == 0.0
+    # The window runs on the replica's clock from the anchor, not from now.
+    assert _acks(core.step(HeartbeatReceived("n1", "s1", 2, W - 0.001))) != []
+    assert _acks(core.step(HeartbeatReceived("n2", "s2", 1, W + 0.001))) == []
+    assert _acks(core.tick(W + 0.1)) == []
+
+
+def test_a_read_showing_no_leader_is_an_anchor() -> None:
+    core = _core()
+    read = _read(core, 1.0)
+    core.step(HeartbeatReceived("n1", "s1", 1, 1.05))
+    acks = _acks(_observe(core, read, 20, None, 1.1))
+    assert [a.basis for a in acks] == [AckBasis.INTERREGNUM]
+    assert core.anchor_s == 1.0
+    assert core.leader is None
+
+
+def test_cut_off_from_etcd_the_window_closes() -> None:
+    core = _with_leader(term=5, at=0.0)
+    read = _read(core, 0.1)
+    _observe(core, read, 11, None, 0.11)
+    assert core.anchor_s == 0.1
+    # No read answers any more: heartbeats past anchor + W stay unacked.
+    t = 0.2
+    while t < 5.0:
+        core.tick(t)
+        acks = _acks(core.step(HeartbeatReceived("n1", "s1", round(t * 100), t)))
+        assert (acks != []) == (t <= 0.1 + W), t
+        t += 0.05
+
+
+def test_reads_are_ordered_by_revision_not_by_arrival() -> None:
+    core = _core()
+    early = _read(core, 0.0)
+    late = _read(core, 0.2)
+    _observe(core, late, 30, 9, 0.25)  # the newer answer first: term 9 leads
+    assert core.leader == (9, "r9")
+    assert core.anchor_s == -math.inf
+    # The older read showed term 5 present: term 5 is below 9, so deleted by now;
+    # its sighting at 0.0 is an anchor, and routing still follows the newer read.
+    _observe(core, early, 20, 5, 0.3)
+    assert core.leader == (9, "r9")
+    assert core.anchor_s == 0.0
+
+
+def test_an_unknown_read_answer_is_ignored() -> None:
+    core = _core()
+    assert _observe(core, 99, 5, None, 0.0) == []
+    assert core.anchor_s == -math.inf
+
+
+def test_time_going_backwards_is_a_usage_error() -> None:
+    core = _core()
+    core.tick(1.0)
+    with pytest.raises(UsageError, match="backwards"):
+        core.step(HeartbeatReceived("n1", "s1", 1, 0.5))
+
+
+def test_the_pending_queue_is_bounded() -> None:
+    core = FollowerCore(FanInSettings(max_pending_per_session=3))
+    for seq in range(1, 10):
+        core.step(HeartbeatReceived("n1", "s1", seq, 0.01 * seq))
+    read = _read(core, 0.2)
+    _observe(core, read, 3, 2, 0.21)
+    (batch,) = [c for c in core.tick(0.3) if isinstance(c, ForwardBatch)]
+    assert [e.seq for e in batch.entries] == [7, 8, 9]
+
+
+# ---------------------------------------------------------------- simulator
+
+
+def test_the_modules_are_pure() -> None:
+    for rel in ("lazarus_dev/fanin_sim.py", "coordinator/core/fanin.py"):
+        source = (ROOT / rel).read_text(encoding="utf-8")
+        assert violations(source, rel) == []
+        assert "import time" not in source
+
+
+def test_a_seed_replays_exactly() -> None:
+    assert FanInSimulation(3).run() == FanInSimulation(3).run()
+
+
+def test_the_fault_set_is_exercised() -> None:
+    faults: dict[str, int] = {}
+    interregnum = verdicts = fences = elections = 0
+    for seed in range(40):
+        report = FanInSimulation(seed).run()
+        for name, count in report.faults.items():
+            faults[name] = faults.get(name, 0) + count
+        interregnum += report.acks[AckBasis.INTERREGNUM.value]
+        verdicts += report.verdicts
+        fences += report.fences
+        elections += report.elections
+    assert set(faults) == set(FAULT_KINDS), faults
+    assert interregnum > 100  # rule (b) acked across failovers
+    assert verdicts > 10  # nodes were declared DEAD (and the checker ran on them)
+    assert fences > 10
+    assert elections > 80
+
+
+@pytest.mark.timeout(300)
+def test_seeds_sweep() -> None:
+    count = int(os.environ.get("LAZARUS_FANIN_SEEDS", CI_SEEDS))
+    start = int(os.environ.get("LAZARUS_FANIN_START", 0))
+    failures = sweep(range(start, start + count))
+    assert failures == [], "\n\n".join(failures[:5])
+
+
+DRIFT_CONFIG = FanInConfig(
+    settings=FanInSettings(clock_drift=0.05, fence_after_s=3.0), clock_drift=0.05
+)
+"""Clocks 5 % off (50x a slewing NTP): the drift terms of the rule matter at this scale."""
+
+
+def test_seeds_sweep_at_five_percent_drift() -> None:
+    assert sweep(range(60), DRIFT_CONFIG) == []
+
+
+def _scripted(kind: str, settings: FanInSettings) -> tuple[int, int]:
+    fences = verdicts = 0
+    config = FanInConfig(
+        settings=settings, script=((10.0, kind),), spike_probability=0.0, safety_s=20.0
+    )
+    for seed in range(10):
+        report = FanInSimulation(seed, config).run()
+        assert report.faults == {kind: 1}
+        fences += report.fences
+        verdicts += report.verdicts
+    return fences, verdicts
+
+
+@pytest.mark.parametrize("kind", ["crash_leader", "resign"])
+def test_one_leader_failure_fences_no_node_at_the_defaults(kind: str) -> None:
+    assert _scripted(kind, FanInSettings()) == (0, 0)
+
+
+def test_at_the_design_defaults_a_leader_crash_fences_nodes() -> None:
+    # fence_after 2 s ends before a 3 s lease can expire: why the defaults change.
+    design = FanInSettings(fence_after_s=2.0, dead_after_s=3.0, lease_ttl_s=3.0)
+    fences, _ = _scripted("crash_leader", design)
+    assert fences > 0
+
+
+# ---------------------------------------------------------------- mutations
+
+
+@dataclass(frozen=True)
+class Mutation:
+    """One broken rule: ``apply`` patches; ``config`` reshapes the run."""
+
+    name: str
+    apply: Callable[[pytest.MonkeyPatch], None]
+    config: Callable[[FanInConfig], FanInConfig] = lambda c: c
+
+
+def _ack_before_confirmation(mp: pytest.MonkeyPatch) -> None:
+    """Rule (a) broken: ack an entry as soon as it is forwarded."""
+    forward = FollowerCore._forward
+
+    def mutated(self: FollowerCore, now: float) -> list[object]:
+        out: list[object] = list(forward(self, now))
+        for command in list(out):
+            if isinstance(command, ForwardBatch):
+                for e in command.entries:
+                    session = self._sessions.get((e.node_id, e.session_id))
+                    if session is not None:
+                        out += self._ack_through(session, e.seq, AckBasis.CONFIRMED)
+        return out
+
+    mp.setattr(FollowerCore, "_forward", mutated)
+
+
+def _interregnum_without_lease_expiry(mp: pytest.MonkeyPatch) -> None:
+    """Rule (b) broken: every read is an anchor, deleted leader key or not."""
+    observe = FollowerCore._on_election
+
+    def mutated(self: FollowerCore, ev: ElectionObserved) -> list[object]:
+        sent = self._reads.get(ev.read_id)
+        out: list[object] = list(observe(self, ev))
+        if sent is not None:
+            self._raise_anchor(sent)
+        return out + list(self._interregnum_acks(self._sorted_sessions()))
+
+    mp.setattr(FollowerCore, "_on_election", mutated)
+
+
+def _interregnum_without_etcd(mp: pytest.MonkeyPatch) -> None:
+    """Rule (b) broken: once a deletion was seen, ack on without a fresh read."""
+    mp.setattr(
+        FollowerCore,
+        "_interregnum_bound_s",
+        lambda self: math.inf if self._anchor_s > -math.inf else -math.inf,
+    )
+
+
+def _window_forgets_the_heartbeat_interval(mp: pytest.MonkeyPatch) -> None:
+    """Rule (b) broken by 0.5 s: W without the ``- heartbeat_interval_s`` term."""
+    bound = FollowerCore._interregnum_bound_s
+    mp.setattr(
+        FollowerCore,
+        "_interregnum_bound_s",
+        lambda self: bound(self) + self.settings.heartbeat_interval_s,
+    )
+
+
+def _window_ignores_clock_drift(mp: pytest.MonkeyPatch) -> None:
+    """Rule (b) broken: W computed as if clocks were exact (rho = 0)."""
+
+    def bound(self: FollowerCore) -> float:
+        s = self.settings
+        grace = s.dead_after_s + s.new_leader_floor_s
+        return self._anchor_s + grace - s.heartbeat_interval_s - s.fence_after_s
+
+    mp.setattr(FollowerCore, "_interregnum_bound_s", bound)
+
+
+def _welcome_in_the_interregnum(mp: pytest.MonkeyPatch) -> None:
+    """Rule (b) stretched to Hellos: a replica Welcomes a node no leader revived."""
+
+    def mutated(self: FollowerCore, sessions: list[object]) -> list[object]:
+        bound = self._interregnum_bound_s()
+        out: list[object] = []
+        for session in sessions:
+            seqs = [e.seq for e in session.pending if e.received_s <= bound]  # type: ignore[attr-defined]
+            if seqs:
+                out += self._ack_through(session, max(seqs), AckBasis.INTERREGNUM)  # type: ignore[arg-type]
+        return out
+
+    mp.setattr(FollowerCore, "_interregnum_acks", mutated)
+
+
+def _zombie_leader(mp: pytest.MonkeyPatch) -> None:
+    """The old leader does not resign at its lease deadline (keeps judging)."""
+    mp.setattr(FanInSimulation, "_authority", lambda self, r: r.leading is not None)
+    mp.setattr(FanInSimulation, "_step_down", lambda self, r: None)
+
+
+def _nothing(mp: pytest.MonkeyPatch) -> None:
+    return None
+
+
+MUTATIONS = [
+    Mutation("ack_before_leader_confirmation", _ack_before_confirmation),
+    Mutation("interregnum_without_observing_lease_expiry", _interregnum_without_lease_expiry),
+    Mutation("interregnum_acks_on_when_cut_off_from_etcd", _interregnum_without_etcd),
+    Mutation(
+        "interregnum_window_forgets_heartbeat_interval", _window_forgets_the_heartbeat_interval
+    ),
+    Mutation(
+        "interregnum_window_ignores_clock_drift",
+        _window_ignores_clock_drift,
+        lambda c: DRIFT_CONFIG,
+    ),
+    Mutation("welcome_without_a_leader", _welcome_in_the_interregnum),
+    Mutation("old_leader_keeps_judging_past_its_lease", _zombie_leader),
+    Mutation(
+        "next_leader_without_grace",
+        _nothing,
+        lambda c: replace(c, leader_grace_s=0.0),
+    ),
+    Mutation(
+        "next_leader_grace_is_fence_after",
+        _nothing,
+        lambda c: replace(c, leader_grace_s=c.settings.fence_after_s),
+    ),
+    Mutation(
+        "next_leader_grace_short_by_one_heartbeat",
+        _nothing,
+        lambda c: replace(
+            c, leader_grace_s=c.settings.dead_after_s - c.settings.heartbeat_interval_s
+        ),
+    ),
+]
+
+
+def first_failure(mutation: Mutation, seeds: range) -> tuple[int, str] | None:
+    """The first seed (and message) the mutated run fails on, or None."""
+    with pytest.MonkeyPatch.context() as mp:
+        mutation.apply(mp)
+        config = mutation.config(FanInConfig())
+        for seed in seeds:
+            try:
+                FanInSimulation(seed, config).run()
+            except SimulationFailure as failure:
+                return seed, str(failure)
+    return None
+
+
+@pytest.mark.parametrize("mutation", MUTATIONS, ids=lambda m: m.name)
+def test_the_mutations_are_caught(mutation: Mutation) -> None:
+    found = first_failure(mutation, range(MUTATION_SEEDS))
+    assert found is not None, f"{mutation.name}: no seed of {MUTATION_SEEDS} failed"
+    seed, message = found
+    assert message.startswith(f"seed={seed} ")
+    assert "declared DEAD" in message
+    assert "unfenced" in message
+    assert fanin_sim.replay_command(seed) in message
+
+
+def test_the_unmutated_rule_passes_the_mutation_seeds() -> None:
+    # The same seeds the mutations fail on hold with the rule intact.
+    assert sweep(range(60)) == []

@@ -43,6 +43,40 @@ caller does. The loop is then blocked for that one commit, fsync included
 0.09 ms here); after a commit slower than 2 ms the inline path stays off for
 50 times as long as it took. Everything else never blocks the loop.
 
+On-disk layout (schema 2)
+-------------------------
+A commit's cost is mostly the WAL pages it writes, and a group commit of 32
+saves for 32 tasks wrote ~75 under schema 1, whose two checkpoint indexes led
+with ``task_id``: each task's new entry landed on that task's own leaf of each
+index, 64 leaves for ~9 pages of payload. Schema 2 keeps the checkpoint rows in
+append order and keys them later, in bulk:
+
+* ``checkpoints``: one row per checkpoint under an ``id`` that only grows (the
+  writer numbers them, so an id is never reused after a delete), so a batch's
+  rows fill the table's last pages, one after another;
+* ``checkpoint_keys`` (WITHOUT ROWID): ``(task_id, covers_journal_seq, seq) ->
+  id`` for every row with an id up to ``meta.keys_through``, the *keyed* rows;
+  the rows above it are the *tail*, at most ~``_FOLD_TAIL_ROWS`` of them;
+* ``tasks``: each task's head (epoch, last seqs), one small row per task.
+
+A save writes its row and its task's head: ~15 WAL pages per 32-save commit.
+Once the tail holds ``_FOLD_TAIL_ROWS`` rows the writer *folds* it
+(``_fold_keys``): one ``INSERT ... SELECT`` keys the whole tail and moves the
+mark, touching each task's key leaf once per ~1000 saves instead of once per
+commit. The fold commits without an fsync of its own: it holds only keys derived
+from rows already durable, the next commit's fsync covers it, and a crash before
+that drops it whole, leaving those rows in the tail. A read takes the task's
+keyed rows by index and its tail rows by a scan of the ids above the mark (in
+one snapshot, so a fold never hides or doubles a row), and checks that a row is
+the one its key names. Dense seqs and the refusal of stale epochs come from the
+task heads, checked inside the writer as before; ``(task_id, seq)`` stays unique
+because only the writer assigns seqs (adopt refuses to write over a row it
+cannot verify, as schema 1's UNIQUE constraint did).
+
+A schema 1 database is migrated at open, in one transaction: its rows are
+copied in their rowid order into the new ``checkpoints`` table and all keyed.
+A database of a newer schema than this code knows is refused (``StoreIOError``).
+
 WAL checkpoints: SQLite's autocheckpoint would run inside whichever commit
 crosses 1000 WAL pages, an inline one included, so the store runs them itself
 (``PRAGMA wal_checkpoint(PASSIVE)``, about every 1000 pages, on the writer
@@ -55,6 +89,7 @@ import asyncio
 import builtins
 import contextlib
 import fcntl
+import heapq
 import logging
 import os
 import queue
@@ -63,7 +98,7 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -124,7 +159,7 @@ T = TypeVar("T")
 
 DB_FILENAME = "checkpoints.sqlite3"
 LOCK_FILENAME = "checkpoints.lock"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 CORRUPT_RECORDS = Counter(
     "lazarus_checkpoint_corrupt_records_total",
@@ -132,19 +167,32 @@ CORRUPT_RECORDS = Counter(
     ["kind"],
 )
 
-_SCHEMA = f"""
-CREATE TABLE IF NOT EXISTS meta (
-    key   TEXT PRIMARY KEY,
-    value TEXT NOT NULL
-) WITHOUT ROWID;
-INSERT OR IGNORE INTO meta (key, value) VALUES ('schema_version', '{SCHEMA_VERSION}');
-CREATE TABLE IF NOT EXISTS tasks (
+# Schema 2 (see "On-disk layout" in the module docstring). ``_SCHEMA`` creates a
+# fresh database; ``_MIGRATE_V1`` turns a schema 1 database into it.
+_TABLES = """
+CREATE TABLE tasks (
     task_id             TEXT PRIMARY KEY,
     epoch               INTEGER NOT NULL,
     last_journal_seq    INTEGER NOT NULL,
     last_checkpoint_seq INTEGER NOT NULL
 ) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS checkpoints (
+CREATE TABLE task_meta (
+    task_id TEXT PRIMARY KEY,
+    meta    BLOB NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE journal (
+    task_id       TEXT NOT NULL,
+    seq           INTEGER NOT NULL,
+    epoch         INTEGER NOT NULL,
+    created_at_ms INTEGER NOT NULL,
+    payload       BLOB NOT NULL,
+    checksum      INTEGER NOT NULL,
+    PRIMARY KEY (task_id, seq)
+);
+"""
+_CHECKPOINT_TABLES = """
+CREATE TABLE checkpoints (
+    id                 INTEGER PRIMARY KEY,
     task_id            TEXT NOT NULL,
     seq                INTEGER NOT NULL,
     epoch              INTEGER NOT NULL,
@@ -155,24 +203,42 @@ CREATE TABLE IF NOT EXISTS checkpoints (
     parent_ref         TEXT NOT NULL,
     encoding           INTEGER NOT NULL,
     payload            BLOB NOT NULL,
-    checksum           INTEGER NOT NULL,
-    UNIQUE (task_id, seq)
+    checksum           INTEGER NOT NULL
 );
-CREATE INDEX IF NOT EXISTS checkpoints_by_cover
-    ON checkpoints (task_id, covers_journal_seq, seq);
-CREATE TABLE IF NOT EXISTS task_meta (
-    task_id TEXT PRIMARY KEY,
-    meta    BLOB NOT NULL
+CREATE TABLE checkpoint_keys (
+    task_id            TEXT NOT NULL,
+    covers_journal_seq INTEGER NOT NULL,
+    seq                INTEGER NOT NULL,
+    id                 INTEGER NOT NULL,
+    PRIMARY KEY (task_id, covers_journal_seq, seq)
 ) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS journal (
-    task_id       TEXT NOT NULL,
-    seq           INTEGER NOT NULL,
-    epoch         INTEGER NOT NULL,
-    created_at_ms INTEGER NOT NULL,
-    payload       BLOB NOT NULL,
-    checksum      INTEGER NOT NULL,
-    PRIMARY KEY (task_id, seq)
-);
+"""
+_SCHEMA = f"""
+CREATE TABLE meta (
+    key   TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+) WITHOUT ROWID;
+INSERT INTO meta (key, value) VALUES ('schema_version', '{SCHEMA_VERSION}'), ('keys_through', '0');
+{_TABLES}
+{_CHECKPOINT_TABLES}
+"""
+# Schema 1 kept every checkpoint in a rowid table with two indexes leading with
+# task_id (UNIQUE (task_id, seq) and checkpoints_by_cover); the other tables are
+# unchanged. The rows are copied in their rowid order, so ids keep it.
+_MIGRATE_V1 = f"""
+ALTER TABLE checkpoints RENAME TO checkpoints_v1;
+{_CHECKPOINT_TABLES}
+INSERT INTO checkpoints (task_id, seq, epoch, covers_journal_seq, terminal, label,
+                         created_at_ms, parent_ref, encoding, payload, checksum)
+    SELECT task_id, seq, epoch, covers_journal_seq, terminal, label,
+           created_at_ms, parent_ref, encoding, payload, checksum
+    FROM checkpoints_v1 ORDER BY rowid;
+DROP TABLE checkpoints_v1;
+INSERT INTO checkpoint_keys (task_id, covers_journal_seq, seq, id)
+    SELECT task_id, covers_journal_seq, seq, id FROM checkpoints;
+INSERT OR REPLACE INTO meta (key, value)
+    VALUES ('keys_through', (SELECT COALESCE(MAX(id), 0) FROM checkpoints)),
+           ('schema_version', '{SCHEMA_VERSION}');
 """
 
 _CKPT_COLUMNS = (
@@ -180,6 +246,87 @@ _CKPT_COLUMNS = (
     "parent_ref, encoding, payload, checksum"
 )
 _CKPT_ORDER_DESC = "ORDER BY covers_journal_seq DESC, seq DESC"
+# The checkpoint rows not yet keyed in ``checkpoint_keys`` (the tail): ids above
+# the ``keys_through`` mark, read in the statement's own snapshot.
+_TAIL = "id > (SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'keys_through')"
+
+
+def _task_rows(conn: sqlite3.Connection, task_id: str, columns: str) -> builtins.list[Any]:
+    """``columns`` of every checkpoint row of a task, keyed or in the tail, unordered."""
+    return conn.execute(
+        f"SELECT {columns} FROM checkpoints WHERE id IN "
+        "(SELECT id FROM checkpoint_keys WHERE task_id = ?1) "
+        f"UNION ALL SELECT {columns} FROM checkpoints WHERE {_TAIL} AND task_id = ?1",
+        (task_id,),
+    ).fetchall()
+
+
+def _row_at(conn: sqlite3.Connection, task_id: str, seq: int) -> tuple[Any, ...] | None:
+    """The checkpoint row ``(task_id, seq)`` (``_CKPT_COLUMNS``), or None."""
+    row: tuple[Any, ...] | None = conn.execute(
+        f"SELECT {_CKPT_COLUMNS} FROM checkpoints WHERE id = "
+        "(SELECT id FROM checkpoint_keys WHERE task_id = ? AND seq = ?)",
+        (task_id, seq),
+    ).fetchone()
+    if row is None:
+        row = conn.execute(
+            f"SELECT {_CKPT_COLUMNS} FROM checkpoints WHERE {_TAIL} AND task_id = ? AND seq = ?",
+            (task_id, seq),
+        ).fetchone()
+    return row
+
+
+def _newest_first(
+    conn: sqlite3.Connection, task_id: str, max_covers: int | None = None
+) -> Generator[tuple[tuple[int, int], tuple[Any, ...]], None, None]:
+    """A task's checkpoint rows, newest first by (covers_journal_seq, seq), read lazily.
+
+    Yields ``((covers, seq) as keyed, row)``; the caller checks the row against its key.
+    """
+    cond, args = "", (task_id,)  # type: tuple[str, tuple[Any, ...]]
+    if max_covers is not None:
+        cond, args = " AND covers_journal_seq <= ?", (task_id, max_covers)
+    tail = conn.execute(
+        f"SELECT covers_journal_seq, seq, id FROM checkpoints WHERE {_TAIL} AND task_id = ?{cond}",
+        args,
+    ).fetchall()
+    tail.sort(reverse=True)
+    keyed = conn.execute(
+        f"SELECT covers_journal_seq, seq, id FROM checkpoint_keys WHERE task_id = ?{cond} "
+        f"{_CKPT_ORDER_DESC}",
+        args,
+    )
+    try:
+        for covers, seq, row_id in heapq.merge(keyed, tail, reverse=True):
+            row = conn.execute(
+                f"SELECT {_CKPT_COLUMNS} FROM checkpoints WHERE id = ?", (row_id,)
+            ).fetchone()
+            if row is not None:
+                yield (covers, seq), row
+    finally:
+        keyed.close()
+
+
+def _check_key(row: tuple[Any, ...], task_id: str, seq: int, covers: int | None = None) -> None:
+    """Raise ``CorruptedCheckpoint`` unless the row is the one its key names."""
+    if row[0] != task_id or row[1] != seq or (covers is not None and row[3] != covers):
+        raise CorruptedCheckpoint(
+            make_ref(task_id, seq),
+            f"row {make_ref(str(row[0]), row[1])} covering {row[3]} is stored under this key",
+        )
+
+
+def _delete_checkpoints(
+    conn: sqlite3.Connection, task_id: str, doomed: Sequence[tuple[int, int, int]]
+) -> None:
+    """Delete a task's checkpoint rows and their keys; ``doomed`` holds ``(id, covers, seq)``."""
+    if doomed:
+        conn.executemany("DELETE FROM checkpoints WHERE id = ?", [(d[0],) for d in doomed])
+        conn.executemany(
+            "DELETE FROM checkpoint_keys WHERE task_id = ? AND covers_journal_seq = ? AND seq = ?",
+            [(task_id, c, q) for _, c, q in doomed],
+        )
+
 
 InfoList = list[CheckpointInfo]
 EventList = list[JournalEvent]
@@ -195,6 +342,11 @@ def _enum_arg(kind: type[E], value: object, field_name: str) -> E:
     except ValueError:
         choices = ", ".join(m.value for m in kind)
         raise InvalidArgument(field_name, f"must be one of {choices}, got {value!r}") from None
+
+
+def _statements(script: str) -> builtins.list[str]:
+    """The statements of a DDL script (none of ours has a ';' inside a literal)."""
+    return [stmt.strip() for stmt in script.split(";") if stmt.strip()]
 
 
 def _wall_clock_ms() -> int:
@@ -235,20 +387,35 @@ def _journal_checksum(task_id: str, seq: int, epoch: int, created_at_ms: int, st
 _Head = tuple[int, int, int]  # (epoch, last_journal_seq, last_checkpoint_seq)
 
 
+_INSERT_CHECKPOINT = (
+    f"INSERT INTO checkpoints (id, {_CKPT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+
+
 class _Heads:
     """The writer's cache of task heads; a batch's changes wait in an overlay.
 
     Only the writer thread touches it. ``commit`` folds the overlay in after the
     transaction commits, ``rollback`` drops it after a failed one, so the cache
-    always equals the ``tasks`` table.
+    always equals the ``tasks`` table. It also holds the checkpoint rows the
+    batch's saves made (``pending``), inserted with one ``executemany`` by
+    ``flush``: before the commit, and at the start of every op that reads the
+    ``checkpoints`` table.
     """
 
-    __slots__ = ("_committed", "_dropped", "_overlay")
+    __slots__ = ("_committed", "_dropped", "_overlay", "pending")
 
     def __init__(self) -> None:
         self._committed: dict[str, _Head] = {}
         self._overlay: dict[str, _Head] = {}
         self._dropped: set[str] = set()
+        self.pending: builtins.list[tuple[Any, ...]] = []
+
+    def flush(self, conn: sqlite3.Connection) -> None:
+        """Insert the checkpoint rows saved so far in this batch."""
+        if self.pending:
+            rows, self.pending = self.pending, []
+            conn.executemany(_INSERT_CHECKPOINT, rows)
 
     def get(self, conn: sqlite3.Connection, task_id: str) -> _Head | None:
         if task_id in self._dropped:
@@ -285,6 +452,7 @@ class _Heads:
     def rollback(self) -> None:
         self._overlay.clear()
         self._dropped.clear()
+        self.pending.clear()
 
 
 _OpFn = Callable[[sqlite3.Connection, _Heads], T]
@@ -300,9 +468,16 @@ _OTHER_OP_PAGES = 16  # a guess for prune / fork / adopt / forget / meta
 
 
 def _row_pages(payload_bytes: int) -> int:
-    """Guess of the WAL pages one saved or appended row writes: its share of a
-    table leaf (or its overflow pages) and a leaf of each of two indexes."""
-    return 2 + payload_bytes // 4000 + 1
+    """Guess of the WAL pages one saved or appended row writes: its share of the
+    checkpoint table's last leaf (or its overflow pages) and of the task heads."""
+    return 1 + payload_bytes // 4000
+
+
+# Keying the tail (``_fold_keys``): once this many checkpoint rows were appended
+# above ``keys_through``. Bounds what a read scans besides the keys (~1024 rows,
+# ~256 pages of 1 KiB rows) and makes a fold touch each task's key leaves once
+# per ~1024 saves instead of once per commit.
+_FOLD_TAIL_ROWS = 1024
 
 
 # Inline commits on the event loop (see ``_commit_inline``): only a write of at most
@@ -445,6 +620,11 @@ class CheckpointStore:
         self._wal_scale = 1.0  # real WAL frames per guessed page, as checkpoints report
         self._wal_due_pages = _CHECKPOINT_EVERY_PAGES  # checkpoint at this many guessed pages
         self._inline_after = 0.0  # time.monotonic() before which no commit runs on a loop
+        # the checkpoint rows' append order (see "On-disk layout"); under _wlock
+        self._keys_through = 0  # ids up to this one are keyed in checkpoint_keys
+        self._next_id = 1  # id of the next checkpoint row
+        self._tail_rows = 0  # rows inserted above _keys_through (an upper bound)
+        self._fold_due_rows = _FOLD_TAIL_ROWS
         # per event loop, the ops its coroutines submitted since its last ``_flush_loop``
         self._loop_pending: dict[asyncio.AbstractEventLoop, builtins.list[_Op]] = {}
         try:
@@ -455,10 +635,13 @@ class CheckpointStore:
             mode = self._wconn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
             if str(mode).lower() != "wal":
                 raise StoreIOError(f"{self.path}: could not enable WAL mode (got {mode})")
-            self._wconn.executescript(_SCHEMA)
+            self._open_schema()
         except sqlite3.DatabaseError as exc:
-            self._release_dir_lock()
+            self._close_quietly()
             raise CorruptedRecord(str(self.path), f"not a usable SQLite database: {exc}") from exc
+        except BaseException:
+            self._close_quietly()
+            raise
         self._writer = threading.Thread(
             target=self._writer_main, name=f"ckpt-writer:{self.data_dir.name}", daemon=True
         )
@@ -482,6 +665,14 @@ class CheckpointStore:
         os.ftruncate(fd, 0)
         os.pwrite(fd, str(os.getpid()).encode(), 0)
         return fd
+
+    def _close_quietly(self) -> None:
+        """Undo a failed open: close the write connection, release the data dir."""
+        conn = getattr(self, "_wconn", None)
+        if conn is not None:
+            with contextlib.suppress(sqlite3.Error):
+                conn.close()
+        self._release_dir_lock()
 
     def _release_dir_lock(self) -> None:
         with contextlib.suppress(OSError):
@@ -522,6 +713,67 @@ class CheckpointStore:
         finally:
             with contextlib.suppress(sqlite3.Error):
                 conn.execute("COMMIT")
+
+    def _open_schema(self) -> None:
+        """Create the schema in a new database, or check and migrate an existing one.
+
+        All in one transaction: a migration interrupted by a crash leaves the
+        database as it was.
+
+        Raises:
+            StoreIOError: the database was written by a newer schema (UNAVAILABLE).
+            CorruptedRecord: the file is not a Lazarus checkpoint database.
+        """
+        conn = self._wconn
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            names = {
+                r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+            }
+            if not names:
+                version = 0
+                for stmt in _statements(_SCHEMA):
+                    conn.execute(stmt)
+            else:
+                row = None
+                if "meta" in names:
+                    row = conn.execute(
+                        "SELECT value FROM meta WHERE key = 'schema_version'"
+                    ).fetchone()
+                if row is None or not str(row[0]).isdigit():
+                    raise CorruptedRecord(
+                        str(self.path), "not a Lazarus checkpoint database (no schema version)"
+                    )
+                version = int(row[0])
+                if version > SCHEMA_VERSION:
+                    raise StoreIOError(
+                        f"{self.path}: schema version {version} was written by a newer Lazarus; "
+                        f"this one reads versions up to {SCHEMA_VERSION} (upgrade it, or use "
+                        "another data dir)"
+                    )
+                if version < 1:
+                    raise CorruptedRecord(str(self.path), f"unknown schema version {version}")
+                if version == 1:
+                    for stmt in _statements(_MIGRATE_V1):
+                        conn.execute(stmt)
+            conn.execute("COMMIT")
+        except BaseException:
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("ROLLBACK")
+            raise
+        if version == 1:
+            log.info("checkpoint store %s: migrated schema 1 -> %d", self.path, SCHEMA_VERSION)
+        self._keys_through = self._read_keys_through(conn)
+        tail_rows, max_id = conn.execute(
+            "SELECT COUNT(*), MAX(id) FROM checkpoints WHERE id > ?", (self._keys_through,)
+        ).fetchone()
+        self._tail_rows = int(tail_rows)
+        self._next_id = max(int(max_id or 0), self._keys_through) + 1
+
+    @staticmethod
+    def _read_keys_through(conn: sqlite3.Connection) -> int:
+        row = conn.execute("SELECT value FROM meta WHERE key = 'keys_through'").fetchone()
+        return int(row[0])
 
     # ------------------------------------------------------------------ writer
 
@@ -621,6 +873,7 @@ class CheckpointStore:
         if (
             getattr(loop, "_ready", True)
             or self._wal_pages >= self._wal_due_pages
+            or self._tail_rows >= self._fold_due_rows
             or time.monotonic() < self._inline_after
             or not self._wlock.acquire(blocking=False)
         ):
@@ -764,6 +1017,7 @@ class CheckpointStore:
                     raise
                 except Exception as exc:
                     results.append((None, exc))
+            heads.flush(conn)
             dirty = heads.dirty()
             if dirty:
                 conn.executemany(
@@ -792,6 +1046,54 @@ class CheckpointStore:
         return results
 
     def _maybe_checkpoint(self) -> None:
+        """Key the tail when it is due (``_fold_keys``), then checkpoint the WAL when due."""
+        if self._tail_rows >= self._fold_due_rows:
+            self._fold_keys()
+        self._maybe_wal_checkpoint()
+
+    def _fold_keys(self) -> None:
+        """Key the tail: copy the keys of the rows above ``keys_through`` into
+        ``checkpoint_keys`` and move the mark, in one transaction of its own.
+
+        Called holding the write lock, after a batch's callers were resolved
+        (so the loop's next round of saves overlaps it), never on an event loop.
+        The transaction commits without an fsync (``synchronous=OFF``): it adds
+        nothing a caller waits for, only keys derived from rows already durable;
+        the next commit's fsync covers it (the WAL is one append-only file), and a
+        crash before that drops it whole (WAL frames are checksummed), leaving
+        the rows in the tail, where reads find them all the same.
+        """
+        conn = self._wconn
+        upto = self._next_id - 1
+        relax = self.durability is not Durability.NONE
+        try:
+            if relax:
+                conn.execute("PRAGMA synchronous=OFF")
+            conn.execute("BEGIN IMMEDIATE")
+            conn.execute(
+                "INSERT INTO checkpoint_keys (task_id, covers_journal_seq, seq, id) "
+                "SELECT task_id, covers_journal_seq, seq, id FROM checkpoints "
+                "WHERE id > ? AND id <= ?",
+                (self._keys_through, upto),
+            )
+            conn.execute("UPDATE meta SET value = ? WHERE key = 'keys_through'", (str(upto),))
+            conn.execute("COMMIT")
+        except sqlite3.Error as exc:  # the tail stays readable; try again later
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("ROLLBACK")
+            self._fold_due_rows = 2 * max(self._fold_due_rows, self._tail_rows)
+            log.warning("checkpoint store: keying the checkpoint tail failed: %s", exc)
+            return
+        finally:
+            if relax:
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute("PRAGMA synchronous=FULL")
+        self._wal_pages += 1 + self._tail_rows // 64
+        self._keys_through = upto
+        self._tail_rows = 0
+        self._fold_due_rows = _FOLD_TAIL_ROWS
+
+    def _maybe_wal_checkpoint(self) -> None:
         """Checkpoint the WAL into the database once about 1000 pages piled up.
 
         Called holding the write lock, after a batch's callers were resolved, on
@@ -831,55 +1133,65 @@ class CheckpointStore:
 
     def _save_op(self, checkpoint: Checkpoint) -> _OpFn[SaveOutcome]:
         cp = validate_checkpoint(checkpoint, self.max_payload_bytes)
+        task_id = cp.task_id
+        covers = cp.covers_journal_seq
 
         def op(conn: sqlite3.Connection, heads: _Heads) -> SaveOutcome:
-            epoch, last_journal, last_seq = heads.get(conn, cp.task_id) or (cp.epoch, 0, 0)
+            epoch, last_journal, last_seq = heads.get(conn, task_id) or (cp.epoch, 0, 0)
             if cp.epoch < epoch:
-                raise StaleEpoch(cp.task_id, cp.epoch, epoch)
-            if cp.covers_journal_seq > last_journal:
-                raise FutureJournalSeq(cp.task_id, cp.covers_journal_seq, last_journal)
+                raise StaleEpoch(task_id, cp.epoch, epoch)
+            if covers > last_journal:
+                raise FutureJournalSeq(task_id, covers, last_journal)
             seq = last_seq + 1
-            self._insert_checkpoint(conn, cp, seq, parent_ref="")
-            heads.set(cp.task_id, (cp.epoch, last_journal, seq))
-            return SaveOutcome(make_ref(cp.task_id, seq), seq, cp.covers_journal_seq, cp.terminal)
+            heads.pending.append(self._checkpoint_row(cp, seq, ""))
+            heads.set(task_id, (cp.epoch, last_journal, seq))
+            return SaveOutcome(make_ref(task_id, seq), seq, covers, cp.terminal)
 
         return op
 
-    def _insert_checkpoint(
-        self, conn: sqlite3.Connection, cp: Checkpoint, seq: int, parent_ref: str
-    ) -> None:
+    def _checkpoint_row(self, cp: Checkpoint, seq: int, parent_ref: str) -> tuple[Any, ...]:
+        """The ``checkpoints`` row (``_INSERT_CHECKPOINT``) of ``cp`` saved as ``seq``.
+
+        Takes the next id; call with the write lock held.
+        """
         encoding, stored = encode_payload(
             cp.payload, self.compression is Compression.ZSTD, self.compress_min_bytes
         )
         created = self._clock_ms()
-        checksum = _checkpoint_checksum(
+        row_id = self._next_id
+        self._next_id = row_id + 1
+        self._tail_rows += 1
+        terminal = cp.terminal
+        return (
+            row_id,
             cp.task_id,
             seq,
             cp.epoch,
             cp.covers_journal_seq,
-            cp.terminal,
+            int(terminal),
             cp.label,
             created,
             parent_ref,
             encoding,
             stored,
-        )
-        conn.execute(
-            f"INSERT INTO checkpoints ({_CKPT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (
+            _checkpoint_checksum(
                 cp.task_id,
                 seq,
                 cp.epoch,
                 cp.covers_journal_seq,
-                int(cp.terminal),
+                terminal,
                 cp.label,
                 created,
                 parent_ref,
                 encoding,
                 stored,
-                checksum,
             ),
         )
+
+    def _insert_checkpoint(
+        self, conn: sqlite3.Connection, cp: Checkpoint, seq: int, parent_ref: str
+    ) -> None:
+        conn.execute(_INSERT_CHECKPOINT, self._checkpoint_row(cp, seq, parent_ref))
 
     def _append_op(self, task_id: str, event: bytes, epoch: int) -> _OpFn[int]:
         validate_task_id(task_id)
@@ -910,31 +1222,24 @@ class CheckpointStore:
         cutoff = validate_seq(policy.prune_covered_before, "prune_covered_before")
 
         def op(conn: sqlite3.Connection, heads: _Heads) -> PruneReport:
+            heads.flush(conn)
+            rows = _task_rows(conn, task_id, "id, seq, covers_journal_seq, terminal")
             preserved: str | None = None
             keep_seq = -1
             if policy.preserve_latest_terminal:
-                row = conn.execute(
-                    f"SELECT seq FROM checkpoints WHERE task_id = ? AND terminal = 1 "
-                    f"{_CKPT_ORDER_DESC} LIMIT 1",
-                    (task_id,),
-                ).fetchone()
-                if row is not None:
-                    keep_seq = int(row[0])
+                terminals = [(int(c), int(q)) for _, q, c, t in rows if t == 1]
+                if terminals:
+                    keep_seq = max(terminals)[1]
                     preserved = make_ref(task_id, keep_seq)
-            pruned = conn.execute(
-                "DELETE FROM checkpoints WHERE task_id = ? AND covers_journal_seq < ? AND seq != ?",
-                (task_id, cutoff, keep_seq),
-            ).rowcount
-            retained, min_cover = conn.execute(
-                "SELECT COUNT(*), MIN(covers_journal_seq) FROM checkpoints WHERE task_id = ?",
-                (task_id,),
-            ).fetchone()
+            doomed = [(i, c, q) for i, q, c, _ in rows if c < cutoff and q != keep_seq]
+            _delete_checkpoints(conn, task_id, doomed)
+            kept = [int(c) for _, q, c, _ in rows if not (c < cutoff and q != keep_seq)]
             compacted = 0
-            if policy.compact_journal and retained:
+            if policy.compact_journal and kept:
                 compacted = conn.execute(
-                    "DELETE FROM journal WHERE task_id = ? AND seq <= ?", (task_id, int(min_cover))
+                    "DELETE FROM journal WHERE task_id = ? AND seq <= ?", (task_id, min(kept))
                 ).rowcount
-            return PruneReport(task_id, pruned, int(retained), preserved, compacted)
+            return PruneReport(task_id, len(doomed), len(kept), preserved, compacted)
 
         return op
 
@@ -950,12 +1255,11 @@ class CheckpointStore:
         edit_bytes = JsonCodec.encode(dict(edits)) if edits else None  # fail fast, in the caller
 
         def op(conn: sqlite3.Connection, heads: _Heads) -> str:
-            row = conn.execute(
-                f"SELECT {_CKPT_COLUMNS} FROM checkpoints WHERE task_id = ? AND seq = ?",
-                (src_task, src_seq),
-            ).fetchone()
+            heads.flush(conn)
+            row = _row_at(conn, src_task, src_seq)
             if row is None:
                 raise UnknownCheckpoint(from_ref)
+            _check_key(row, src_task, src_seq)
             source = self._decode_checkpoint(row)
             payload = source.payload
             if edit_bytes is not None:
@@ -991,7 +1295,11 @@ class CheckpointStore:
         validate_task_id(task_id)
 
         def op(conn: sqlite3.Connection, heads: _Heads) -> None:
-            for table in ("checkpoints", "journal", "task_meta", "tasks"):
+            heads.flush(conn)
+            _delete_checkpoints(
+                conn, task_id, _task_rows(conn, task_id, "id, covers_journal_seq, seq")
+            )
+            for table in ("journal", "task_meta", "tasks"):
                 conn.execute(f"DELETE FROM {table} WHERE task_id = ?", (task_id,))
             heads.drop(task_id)
 
@@ -1028,6 +1336,7 @@ class CheckpointStore:
         remote_seq = checkpoint.seq if checkpoint is not None else 0
 
         def op(conn: sqlite3.Connection, heads: _Heads) -> AdoptOutcome:
+            heads.flush(conn)
             local_epoch, _, _ = heads.get(conn, task_id) or (epoch, 0, 0)
             if epoch < local_epoch:
                 raise StaleEpoch(task_id, epoch, local_epoch)
@@ -1035,11 +1344,12 @@ class CheckpointStore:
             if checkpoint is not None:
                 remote_ck[checkpoint.seq] = (checkpoint.epoch, checkpoint.payload)
             remote_ev = {ev.seq: (ev.epoch, ev.payload) for ev in events}
-            ck_rows = conn.execute(
-                f"SELECT {_CKPT_COLUMNS} FROM checkpoints WHERE task_id = ? AND seq >= ? "
-                "ORDER BY seq",
-                (task_id, max(remote_seq, 1) if checkpoint is not None else 1),
-            ).fetchall()
+            first_seq = max(remote_seq, 1) if checkpoint is not None else 1
+            ck_rows = sorted(
+                (r for r in _task_rows(conn, task_id, f"id, {_CKPT_COLUMNS}") if r[2] >= first_seq),
+                key=lambda r: int(r[2]),
+            )
+            ids = {int(r[2]): (int(r[0]), int(r[4]), int(r[2])) for r in ck_rows}
             ev_rows = conn.execute(
                 "SELECT task_id, seq, epoch, created_at_ms, payload, checksum FROM journal "
                 "WHERE task_id = ? AND seq > ? ORDER BY seq",
@@ -1049,7 +1359,7 @@ class CheckpointStore:
             same_ck: set[int] = set()
             for row in ck_rows:
                 try:
-                    stored = self._decode_checkpoint(row)
+                    stored = self._decode_checkpoint(row[1:])
                 except CorruptedCheckpoint as err:
                     self._note_corrupt("checkpoint", err)
                     continue
@@ -1116,15 +1426,18 @@ class CheckpointStore:
                         max((c.seq for c in divergent_ck), default=0),
                     ),
                 )
-                conn.executemany(
-                    "DELETE FROM checkpoints WHERE task_id = ? AND seq = ?",
-                    [(task_id, c.seq) for c in divergent_ck],
-                )
+                _delete_checkpoints(conn, task_id, [ids[c.info.seq] for c in divergent_ck])
                 conn.executemany(
                     "DELETE FROM journal WHERE task_id = ? AND seq = ?",
                     [(task_id, e.seq) for e in divergent_ev],
                 )
             if checkpoint is not None and checkpoint.seq not in same_ck:
+                if checkpoint.seq in ids and checkpoint.seq not in {
+                    c.info.seq for c in divergent_ck
+                }:  # a local row that failed its checksum holds the seq (schema 1: UNIQUE)
+                    raise sqlite3.IntegrityError(
+                        "UNIQUE constraint failed: checkpoints.task_id, checkpoints.seq"
+                    )
                 self._insert_checkpoint(
                     conn,
                     Checkpoint(
@@ -1154,9 +1467,7 @@ class CheckpointStore:
                         _journal_checksum(task_id, ev.seq, ev.epoch, created, ev.payload),
                     ),
                 )
-            last_ck = conn.execute(
-                "SELECT COALESCE(MAX(seq), 0) FROM checkpoints WHERE task_id = ?", (task_id,)
-            ).fetchone()[0]
+            last_ck = max((int(r[0]) for r in _task_rows(conn, task_id, "seq")), default=0)
             last_j = conn.execute(
                 "SELECT COALESCE(MAX(seq), 0) FROM journal WHERE task_id = ?", (task_id,)
             ).fetchone()[0]
@@ -1224,13 +1535,20 @@ class CheckpointStore:
             raise CorruptedJournalEvent(str(task_id), int(seq), "checksum mismatch")
         return JournalEvent(str(task_id), int(seq), int(epoch), int(created), payload)
 
-    def _newest_valid(self, rows: Iterator[tuple[Any, ...]]) -> StoredCheckpoint | None:
-        for row in rows:
-            try:
-                return self._decode_checkpoint(row)
-            except CorruptedCheckpoint as err:
-                self._note_corrupt("checkpoint", err)
-        return None
+    def _newest_valid(
+        self, task_id: str, rows: Generator[tuple[tuple[int, int], tuple[Any, ...]], None, None]
+    ) -> StoredCheckpoint | None:
+        """The first row of ``rows`` (``_newest_first``) that verifies; the rest unread."""
+        try:
+            for (covers, seq), row in rows:
+                try:
+                    _check_key(row, task_id, seq, covers)
+                    return self._decode_checkpoint(row)
+                except CorruptedCheckpoint as err:
+                    self._note_corrupt("checkpoint", err)
+            return None
+        finally:
+            rows.close()  # its cursors, before the read transaction ends
 
     # ------------------------------------------------------------- sync API
 
@@ -1280,13 +1598,11 @@ class CheckpointStore:
         """
         task_id, seq = parse_ref(ref)
         with self._read_txn() as conn:
-            row = conn.execute(
-                f"SELECT {_CKPT_COLUMNS} FROM checkpoints WHERE task_id = ? AND seq = ?",
-                (task_id, seq),
-            ).fetchone()
+            row = _row_at(conn, task_id, seq)
             if row is None:
                 raise UnknownCheckpoint(ref)
             try:
+                _check_key(row, task_id, seq)
                 return self._decode_checkpoint(row)
             except CorruptedCheckpoint as err:
                 self._note_corrupt("checkpoint", err)
@@ -1303,11 +1619,7 @@ class CheckpointStore:
         """
         validate_task_id(task_id)
         with self._read_txn() as conn:
-            rows = conn.execute(
-                f"SELECT {_CKPT_COLUMNS} FROM checkpoints WHERE task_id = ? {_CKPT_ORDER_DESC}",
-                (task_id,),
-            )
-            return self._newest_valid(rows)
+            return self._newest_valid(task_id, _newest_first(conn, task_id))
 
     def load_at_or_before(self, task_id: str, journal_seq: int) -> StoredCheckpoint | None:
         """Return the newest valid checkpoint covering at most ``journal_seq``.
@@ -1318,12 +1630,7 @@ class CheckpointStore:
         validate_task_id(task_id)
         validate_seq(journal_seq, "journal_seq")
         with self._read_txn() as conn:
-            rows = conn.execute(
-                f"SELECT {_CKPT_COLUMNS} FROM checkpoints WHERE task_id = ? "
-                f"AND covers_journal_seq <= ? {_CKPT_ORDER_DESC}",
-                (task_id, journal_seq),
-            )
-            return self._newest_valid(rows)
+            return self._newest_valid(task_id, _newest_first(conn, task_id, journal_seq))
 
     def list(self, task_id: str) -> InfoList:
         """Return the task's checkpoints' metadata, oldest first (by covers, then seq).
@@ -1335,12 +1642,13 @@ class CheckpointStore:
         """
         validate_task_id(task_id)
         with self._read_txn() as conn:
-            rows = conn.execute(
-                "SELECT task_id, seq, epoch, covers_journal_seq, terminal, label, created_at_ms, "
-                "parent_ref, length(payload) FROM checkpoints WHERE task_id = ? "
-                "ORDER BY covers_journal_seq, seq",
-                (task_id,),
-            ).fetchall()
+            rows = _task_rows(
+                conn,
+                task_id,
+                "task_id, seq, epoch, covers_journal_seq, terminal, label, created_at_ms, "
+                "parent_ref, length(payload)",
+            )
+        rows = sorted((r for r in rows if r[0] == task_id), key=lambda r: (r[3], r[1]))
         return [self._info(r, int(r[8])) for r in rows]
 
     def prune(self, task_id: str, policy: PrunePolicy) -> PruneReport:
@@ -1517,11 +1825,7 @@ class CheckpointStore:
         """
         validate_task_id(task_id)
         with self._read_txn() as conn:
-            rows = conn.execute(
-                f"SELECT {_CKPT_COLUMNS} FROM checkpoints WHERE task_id = ? {_CKPT_ORDER_DESC}",
-                (task_id,),
-            )
-            checkpoint = self._newest_valid(rows)
+            checkpoint = self._newest_valid(task_id, _newest_first(conn, task_id))
             after = 0 if checkpoint is None else checkpoint.covers_journal_seq
             return Recovery(checkpoint, self._replay(conn, task_id, after))
 

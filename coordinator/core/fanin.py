@@ -82,8 +82,9 @@ class FanInSettings:
         new_leader_floor_s: g >= 0, extra time a new leader guarantees before
             any verdict on top of ``dead_after_s`` (0 with today's core, whose
             ``failover_reconnect_s`` yields to the first heartbeat heard).
-        lease_ttl_s: the election lease TTL (etcd's floor at its default
-            election timeout is 2 s).
+        lease_ttl_s: the election lease TTL (``coordinator.election``'s 3 s:
+            with a keepalive every TTL / 6, 2.5 s of lease outlast an etcd
+            raft election).
         clock_drift: rho, the bound on every clock's rate error: each host's
             monotonic clock advances between ``1 - rho`` and ``1 + rho``
             seconds per real second (no shared clock is assumed).
@@ -96,14 +97,14 @@ class FanInSettings:
     """
 
     heartbeat_interval_s: float = 0.5
-    fence_after_s: float = 3.5
-    dead_after_s: float = 4.5
+    fence_after_s: float = 5.0
+    dead_after_s: float = 6.0
     new_leader_floor_s: float = 0.0
-    lease_ttl_s: float = 2.0
+    lease_ttl_s: float = 3.0
     clock_drift: float = 0.01
     batch_interval_s: float = 0.05
     election_read_interval_s: float = 0.1
-    resend_after_s: float = 0.5
+    resend_after_s: float = 0.25
     max_pending_per_session: int = 8
 
     def __post_init__(self) -> None:

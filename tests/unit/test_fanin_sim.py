@@ -328,7 +328,7 @@ def test_seeds_sweep() -> None:
 DRIFT_CONFIG = FanInConfig(
     settings=FanInSettings(clock_drift=0.05, fence_after_s=4.0, dead_after_s=5.5), clock_drift=0.05
 )
-"""Clocks 5 % off (50x a slewing NTP): the drift terms of the rule matter at this scale."""
+"""Clocks 5 % off (100x what NTP may slew): the drift terms of the rule matter at this scale."""
 
 
 def test_seeds_sweep_at_five_percent_drift() -> None:

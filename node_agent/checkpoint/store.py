@@ -122,6 +122,7 @@ from lazarus.storage.errors import (
     UnknownCheckpoint,
 )
 from node_agent.checkpoint.codec import (
+    ENCODING_RAW,
     JsonCodec,
     decode_payload,
     encode_payload,
@@ -437,10 +438,23 @@ class _Heads:
     def drop(self, task_id: str) -> None:
         """The task's rows were deleted in this batch."""
         self._overlay.pop(task_id, None)
+        self._committed.pop(task_id, None)  # a cache: after a rollback, get() reloads it
         self._dropped.add(task_id)
 
-    def dirty(self) -> builtins.list[tuple[str, _Head]]:
-        return sorted(self._overlay.items())
+    def dirty(
+        self,
+    ) -> tuple[builtins.list[tuple[int, int, int, str]], builtins.list[tuple[str, int, int, int]]]:
+        """The batch's changed heads: ``(epoch, journal, checkpoint, task_id)`` of
+        tasks the table holds (for an UPDATE), ``(task_id, ...)`` of the others."""
+        stored: builtins.list[tuple[int, int, int, str]] = []
+        new: builtins.list[tuple[str, int, int, int]] = []
+        committed = self._committed
+        for task_id, head in sorted(self._overlay.items()):
+            if task_id in committed:
+                stored.append((*head, task_id))
+            else:
+                new.append((task_id, *head))
+        return stored, new
 
     def commit(self) -> None:
         for task_id in self._dropped:
@@ -1018,14 +1032,20 @@ class CheckpointStore:
                 except Exception as exc:
                     results.append((None, exc))
             heads.flush(conn)
-            dirty = heads.dirty()
-            if dirty:
+            stored, new = heads.dirty()
+            if stored:  # one seek each, where an upsert makes two
+                conn.executemany(
+                    "UPDATE tasks SET epoch = ?, last_journal_seq = ?, last_checkpoint_seq = ? "
+                    "WHERE task_id = ?",
+                    stored,
+                )
+            if new:
                 conn.executemany(
                     "INSERT INTO tasks (task_id, epoch, last_journal_seq, last_checkpoint_seq) "
                     "VALUES (?, ?, ?, ?) ON CONFLICT (task_id) DO UPDATE SET "
                     "epoch = excluded.epoch, last_journal_seq = excluded.last_journal_seq, "
                     "last_checkpoint_seq = excluded.last_checkpoint_seq",
-                    [(task_id, *head) for task_id, head in dirty],
+                    new,
                 )
             if any_ok:
                 conn.execute("COMMIT")
@@ -1073,7 +1093,7 @@ class CheckpointStore:
             conn.execute(
                 "INSERT INTO checkpoint_keys (task_id, covers_journal_seq, seq, id) "
                 "SELECT task_id, covers_journal_seq, seq, id FROM checkpoints "
-                "WHERE id > ? AND id <= ?",
+                "WHERE id > ? AND id <= ? ORDER BY task_id, covers_journal_seq, seq",
                 (self._keys_through, upto),
             )
             conn.execute("UPDATE meta SET value = ? WHERE key = 'keys_through'", (str(upto),))
@@ -1154,9 +1174,10 @@ class CheckpointStore:
 
         Takes the next id; call with the write lock held.
         """
-        encoding, stored = encode_payload(
-            cp.payload, self.compression is Compression.ZSTD, self.compress_min_bytes
-        )
+        if self.compression is Compression.ZSTD:
+            encoding, stored = encode_payload(cp.payload, True, self.compress_min_bytes)
+        else:
+            encoding, stored = ENCODING_RAW, cp.payload
         created = self._clock_ms()
         row_id = self._next_id
         self._next_id = row_id + 1
@@ -1956,18 +1977,19 @@ class AsyncCheckpointStore:
         store = self._store
         fn = store._save_op(checkpoint)
         size = len(checkpoint.payload)
-        if size <= _INLINE_MAX_BYTES:
+        if size <= _INLINE_MAX_BYTES and asyncio.get_running_loop() not in store._loop_pending:
             return await store._acall_small(fn, _row_pages(size))
-        return await store._acall(fn, _row_pages(size))
+        # not the loop's first write in this iteration: it joins the loop's list
+        return await store._asubmit(fn, _row_pages(size))
 
     async def append(self, task_id: str, event: bytes, *, epoch: int) -> int:
         """See ``CheckpointStore.append`` (and ``save`` for where it commits)."""
         store = self._store
         fn = store._append_op(task_id, event, epoch)
         size = len(event)
-        if size <= _INLINE_MAX_BYTES:
+        if size <= _INLINE_MAX_BYTES and asyncio.get_running_loop() not in store._loop_pending:
             return await store._acall_small(fn, _row_pages(size))
-        return await store._acall(fn, _row_pages(size))
+        return await store._asubmit(fn, _row_pages(size))
 
     async def prune(self, task_id: str, policy: PrunePolicy) -> PruneReport:
         """See ``CheckpointStore.prune``."""

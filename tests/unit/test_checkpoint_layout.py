@@ -3,6 +3,7 @@ and the keyed / tail split of the checkpoint rows (see the store's docstring).""
 
 from __future__ import annotations
 
+import asyncio
 import random
 import sqlite3
 from pathlib import Path
@@ -370,3 +371,19 @@ def test_a_row_under_a_key_that_is_not_its_own_is_reported_corrupt(tmp_path: Pat
         assert s.corrupted_records == 1
         with pytest.raises(CorruptedCheckpoint):
             s.load("t@2")
+
+
+async def test_forget_and_save_in_one_batch_leave_the_new_head(tmp_path: Path) -> None:
+    d = tmp_path / "node"
+    s = CheckpointStore(d, durability="group")
+    await s.aio.save(Checkpoint("t", 1, b"a"))
+    await s.aio.save(Checkpoint("t", 1, b"b"))
+    commits = s.commits
+    await asyncio.gather(s.aio.forget("t"), s.aio.save(Checkpoint("t", 1, b"c")))
+    assert s.commits == commits + 1  # one batch
+    assert [(h.task_id, h.last_checkpoint_seq) for h in s.task_heads()] == [("t", 1)]
+    await s.aio.close()
+    with CheckpointStore(d) as s2:
+        assert [i.ref for i in s2.list("t")] == ["t@1"]
+        assert s2.load("t@1").payload == b"c"
+        assert s2.save(Checkpoint("t", 1, b"d")).seq == 2

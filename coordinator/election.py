@@ -43,15 +43,19 @@ A :class:`Leadership` is lost at the first of:
 Reaction to connection loss
 ---------------------------
 The keepalive task keeps a *lease deadline*: the send time of the last
-keepalive etcd answered plus the TTL it granted. etcd extended the lease when
-it received that request, which is no earlier than we sent it, so the local
-deadline passes no later than etcd's own expiry: a leader cut off from etcd
-reports ``LEASE_DEADLINE_PASSED`` before etcd can delete its key and let
-another campaigner lead (clock-rate drift between the two hosts aside; etcd
-also renews every lease when its own raft leader changes, which only moves its
-expiry later). Until the deadline a failed or hung keepalive is retried every
-:data:`RETRY_INTERVAL_S`. Watches (our key, ``observe``, the predecessor wait)
-start again from a fresh read after any stream error or compaction. A
+keepalive etcd answered plus the TTL it granted, shortened for clock-rate
+drift: ``sent + ttl * (1 - rho) / (1 + rho)`` with ``rho`` =
+:data:`LEASE_CLOCK_DRIFT` (:func:`coordinator.core.fanin.safe_lease_deadline`;
+the proof is in ``docs/fan-in.md``). etcd extended the lease when it received
+that request, which is no earlier than we sent it, and ``ttl`` seconds of
+etcd's clock last at least as long as that many of ours, so the local deadline
+passes before etcd's own expiry: a leader cut off from etcd reports
+``LEASE_DEADLINE_PASSED`` before etcd can delete its key and let another
+campaigner lead (etcd also renews every lease when its own raft leader
+changes, which only moves its expiry later). Until the deadline a failed or
+hung keepalive is retried every :data:`RETRY_INTERVAL_S`. Watches (our key,
+``observe``, the predecessor wait) start again from a fresh read after any
+stream error or compaction. A
 campaign still waiting when its session is lost raises :class:`LeadershipLost`;
 a new campaign grants a new lease. The aetcd client's gRPC channel reconnects
 by itself; close the :class:`Election` before the client, or its loops would
@@ -76,12 +80,14 @@ import aetcd.utils
 
 from coordinator.aetcd_compat import cancel_watch, open_watch, stop_task
 from coordinator.core.admission import LagGuard, LagVerdict
+from coordinator.core.fanin import safe_lease_deadline
 
 __all__ = [
     "DEFAULT_TTL_S",
     "KEEPALIVES_PER_TTL",
     "KEEPALIVE_ATTEMPT_TIMEOUT_S",
     "LAG_SAMPLE_INTERVAL_S",
+    "LEASE_CLOCK_DRIFT",
     "RETRY_INTERVAL_S",
     "Election",
     "ElectionError",
@@ -94,6 +100,13 @@ __all__ = [
     "NotLeader",
     "election_key",
 ]
+
+LEASE_CLOCK_DRIFT = 0.01
+"""Bound on the clock-rate difference between a coordinator's host and etcd's (1%).
+
+The lease deadline is shortened by it (0.06 s of a 3 s TTL), so that a leader's
+authority ends before etcd can expire the lease even when the two clocks run at
+different rates within this bound."""
 
 DEFAULT_TTL_S = 3
 """Lease TTL of a campaigner (DESIGN.md §10: election lease 3 s)."""
@@ -372,7 +385,8 @@ class _Session:
         sent_s = time.monotonic()
         lease = await client.lease(ttl_s)
         granted_ttl_s = int(lease.ttl)
-        return cls(client, int(lease.id), granted_ttl_s, sent_s + granted_ttl_s, on_lost, keepalive)
+        deadline_s = safe_lease_deadline(sent_s, granted_ttl_s, LEASE_CLOCK_DRIFT)
+        return cls(client, int(lease.id), granted_ttl_s, deadline_s, on_lost, keepalive)
 
     @property
     def lag_s(self) -> float:
@@ -415,7 +429,7 @@ class _Session:
             if failures:
                 _log.info("lease %x keepalive back after %d failures", self.lease_id, failures)
                 failures = 0
-            self._deadline_s = sent_s + granted_ttl_s
+            self._deadline_s = safe_lease_deadline(sent_s, granted_ttl_s, LEASE_CLOCK_DRIFT)
             await asyncio.sleep(interval_s)
 
     def _lose(self, reason: LossReason) -> None:
@@ -565,7 +579,7 @@ class _KeepaliveThreadRun:
             if failures:
                 _log.info("lease %x keepalive back after %d failures", session.lease_id, failures)
                 failures = 0
-            session._deadline_s = sent_s + granted_ttl_s
+            session._deadline_s = safe_lease_deadline(sent_s, granted_ttl_s, LEASE_CLOCK_DRIFT)
             await asyncio.sleep(interval_s)
 
     async def _watch_lag(self, client: aetcd.Client) -> None:

@@ -30,6 +30,7 @@ from typing import Any
 import aetcd
 import pytest
 
+import coordinator.election as election_module
 from coordinator.election import (
     Election,
     Fence,
@@ -495,6 +496,39 @@ async def test_leader_cut_off_from_etcd_gives_up_before_another_leads(
         assert lost_at[0] <= new_leader_at, "the old leader stops before the new one starts"
         assert new_leader_at - cut_at <= ttl_s + 1.0
         assert second.term > first.term
+
+
+async def test_the_lease_deadline_is_shortened_for_clock_drift(
+    etcd: EtcdServer,
+    make_etcd_client: MakeEtcdClient,
+    make_proxy: Callable[[Endpoint], Awaitable[TcpProxy]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A leader's authority ends at sent + ttl (1 - rho) / (1 + rho) (docs/fan-in.md).
+
+    With an exaggerated rho of 0.5 a 3 s lease gives 1 s of authority after the
+    last answered keepalive: cut off from etcd, the leader gives up within about
+    1 s plus one keepalive interval (0.5 s), not after the ~2.5 s the undrifted
+    deadline would give.
+    """
+    monkeypatch.setattr(election_module, "LEASE_CLOCK_DRIFT", 0.5)
+    ttl_s = 3
+    proxy = await make_proxy(etcd.endpoint)
+    async with (
+        _client(proxy.endpoint, timeout_s=1.0) as a,
+        _elections(a, prefix=_prefix("drift"), ttl_s=ttl_s) as (ea,),
+    ):
+        async with asyncio.timeout(5):
+            leader = await ea.campaign("a")
+        await asyncio.sleep(1.2)  # a few keepalives answered under the drifted deadline
+        await proxy.cut()
+        cut_at = time.monotonic()
+        async with asyncio.timeout(ttl_s + 2):
+            reason = await leader.lost()
+        gave_up_s = time.monotonic() - cut_at
+    _measured("cut-off->gives-up (rho 0.5)", gave_up_s)
+    assert reason is LossReason.LEASE_DEADLINE_PASSED
+    assert gave_up_s < 1.0 + ttl_s / 6 + 0.3, f"gave up {gave_up_s:.2f} s after the cut"
 
 
 async def test_observe_sees_each_change_of_leader(

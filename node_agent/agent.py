@@ -288,6 +288,7 @@ class NodeAgent:
             shared=self.shared,
             default_isolation=s.isolation,
             slots=s.slots,
+            worker_nice=s.worker_nice,
         )
         metas = await self._store.aio.metas()
         readable, unreadable = convert.decode_metas(metas)

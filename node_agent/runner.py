@@ -60,7 +60,13 @@ from node_agent.core.restore import (
     plan_restore,
     resume_without_redis,
 )
-from node_agent.isolation import Worker, WorkerDied, WorkerPool, stop_run
+from node_agent.isolation import (
+    DEFAULT_WORKER_NICE,
+    Worker,
+    WorkerDied,
+    WorkerPool,
+    stop_run,
+)
 from node_agent.metrics import AgentMetrics
 from node_agent.replication import (
     ClaimBatcher,
@@ -277,10 +283,12 @@ class TaskRunner:
         shared: SharedDocuments | None = None,
         default_isolation: IsolationName = "thread",
         slots: int = 8,
+        worker_nice: int = DEFAULT_WORKER_NICE,
     ) -> None:
         self.app = app
         self.default_isolation: IsolationName = default_isolation
         self.slots = slots
+        self.worker_nice = worker_nice
         self._workers: WorkerPool | None = None
         self.store = store
         self.replica = replica
@@ -325,7 +333,7 @@ class TaskRunner:
 
     def _pool_of_workers(self) -> WorkerPool:
         if self._workers is None:
-            self._workers = WorkerPool(self.slots)
+            self._workers = WorkerPool(self.slots, self.worker_nice)
             self._workers.publish(self._ownership.deadline_s, self._ownership.fenced)
         return self._workers
 

@@ -78,6 +78,7 @@ class AgentSettings:
             and fails with a readable error instead of waiting forever.
         durability: default checkpoint durability of tasks that do not say.
         isolation: where plain ``def`` handlers run unless they say: "thread" or "process".
+        worker_nice: ``nice`` increment of worker processes over the agent (0..19).
         max_payload_bytes: limit on a task's payload, checkpoint state, event and result.
         replication_backlog: replication queue bound, records (>= 16).
         metrics_listen: Prometheus ``/metrics`` host:port ("" disables).
@@ -102,6 +103,7 @@ class AgentSettings:
     advertise_kinds: bool = False
     durability: DurabilityName = "local"
     isolation: IsolationName = "thread"
+    worker_nice: int = 10
     max_payload_bytes: int = 1 << 20
     replication_backlog: int = 10_000
     metrics_listen: str = ""
@@ -124,6 +126,8 @@ class AgentSettings:
             raise SettingsError(f"--slots: must be >= 1, got {self.slots}")
         if self.isolation not in ("thread", "process"):
             raise SettingsError(f"--isolation: 'thread' or 'process', got {self.isolation!r}")
+        if not 0 <= self.worker_nice <= 19:
+            raise SettingsError(f"--worker-nice: must be 0..19, got {self.worker_nice}")
         if self.durability not in ("local", "replicated"):
             raise SettingsError(f"--durability: 'local' or 'replicated', got {self.durability!r}")
         if self.max_payload_bytes < 1024:

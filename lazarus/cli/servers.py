@@ -494,6 +494,17 @@ def node_agent_command(
             "(I/O-bound steps) or a worker process per slot (CPU-bound Python).",
         ),
     ] = "thread",
+    worker_nice: Annotated[
+        int,
+        typer.Option(
+            envvar="LAZARUS_WORKER_NICE",
+            min=0,
+            max=19,
+            help="How much lower than the agent's the CPU priority of worker processes is "
+            "(nice increment): the agent's heartbeats and checkpoints win a core from "
+            "CPU-bound handlers. 0 runs them at the agent's priority.",
+        ),
+    ] = 10,
     max_payload_bytes: Annotated[
         int,
         typer.Option(
@@ -567,6 +578,7 @@ def node_agent_command(
             advertise_kinds=advertise_kinds,
             durability=durability,
             isolation=isolation,
+            worker_nice=worker_nice,
             max_payload_bytes=max_payload_bytes,
             replication_backlog=replication_backlog,
             metrics_listen=metrics_listen,

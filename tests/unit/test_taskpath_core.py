@@ -27,6 +27,7 @@ from lazarus.v1 import agent_pb2, records_pb2
 from node_agent.checkpoint import CheckpointStore
 from node_agent.core import AgentCore, Ownership
 from node_agent.core import records as rec
+from node_agent.isolation import DEFAULT_WORKER_NICE
 from node_agent.metrics import AgentMetrics
 from node_agent.replication import Outcome, ReplicationItem, ReplicationResult
 from node_agent.runner import RESULT_LABEL, TaskRunner
@@ -345,6 +346,18 @@ async def test_process_isolation_runs_the_handler_in_a_worker_and_commits_its_re
         infos = store.list("t1")
         assert [i.seq for i in infos] == [1, 2, 3, 4]
         assert infos[-1].label == RESULT_LABEL
+        await runner.close()
+
+
+async def test_workers_run_at_a_lower_cpu_priority_than_the_agent(tmp_path: Path) -> None:
+    """A CPU-bound handler must not take a core from the agent's heartbeats and relay."""
+    with CheckpointStore(tmp_path / "s", durability="group") as store:
+        runner, reporter = _runner(tmp_path, _process_app(), store)
+        runner.start(_assign("t1", "steps"))
+        await asyncio.wait_for(reporter.done.wait(), 30)
+        pid = json.loads(reporter.results[0]["result"].payload)["pid"]
+        agent_nice = os.getpriority(os.PRIO_PROCESS, 0)
+        assert os.getpriority(os.PRIO_PROCESS, pid) == min(19, agent_nice + DEFAULT_WORKER_NICE)
         await runner.close()
 
 

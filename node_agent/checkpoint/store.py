@@ -252,6 +252,28 @@ _CKPT_ORDER_DESC = "ORDER BY covers_journal_seq DESC, seq DESC"
 _TAIL = "id > (SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'keys_through')"
 
 
+# Heads deferred by saves (see ``_Heads``), written into ``tasks`` from the tail
+# at open: a task's epoch and last checkpoint seq are at least those of its rows.
+_MATERIALIZE_HEADS = f"""
+UPDATE tasks SET
+    epoch = MAX(epoch, (SELECT MAX(c.epoch) FROM checkpoints AS c
+                        WHERE c.{_TAIL} AND c.task_id = tasks.task_id)),
+    last_checkpoint_seq = MAX(last_checkpoint_seq, (SELECT MAX(c.seq) FROM checkpoints AS c
+                                                    WHERE c.{_TAIL} AND c.task_id = tasks.task_id))
+WHERE task_id IN (SELECT task_id FROM checkpoints WHERE {_TAIL})
+"""
+# ... and merged with the tail by readers of the heads.
+_TASK_HEADS = f"""
+SELECT t.task_id, MAX(t.epoch, COALESCE(x.epoch, 0)),
+       MAX(t.last_checkpoint_seq, COALESCE(x.seq, 0)), t.last_journal_seq
+FROM tasks AS t LEFT JOIN (
+    SELECT task_id, MAX(epoch) AS epoch, MAX(seq) AS seq FROM checkpoints
+    WHERE {_TAIL} GROUP BY task_id
+) AS x ON x.task_id = t.task_id
+ORDER BY t.task_id
+"""
+
+
 def _task_rows(conn: sqlite3.Connection, task_id: str, columns: str) -> builtins.list[Any]:
     """``columns`` of every checkpoint row of a task, keyed or in the tail, unordered."""
     return conn.execute(
@@ -418,19 +440,36 @@ class _Heads:
     """The writer's cache of task heads; a batch's changes wait in an overlay.
 
     Only the writer thread touches it. ``commit`` folds the overlay in after the
-    transaction commits, ``rollback`` drops it after a failed one, so the cache
-    always equals the ``tasks`` table. It also holds the checkpoint rows the
-    batch's saves made (``pending``), inserted with one ``executemany`` by
-    ``flush``: before the commit, and at the start of every op that reads the
-    ``checkpoints`` table.
+    transaction commits, ``rollback`` drops it after a failed one. A head that
+    only saves changed (its epoch and last checkpoint seq) is not written to
+    the ``tasks`` table by the batch: it is *deferred*, since the batch's
+    checkpoint rows carry both, until the next fold writes it (or an op that
+    needs the table current, as prune does, writes it with its batch). So the
+    cache equals the ``tasks`` table merged with the tail (see "On-disk
+    layout"). It also holds the checkpoint rows the batch's saves made
+    (``pending``), inserted with one ``executemany`` by ``flush``: before the
+    commit, and at the start of every op that reads the ``checkpoints`` table.
     """
 
-    __slots__ = ("_committed", "_dropped", "_overlay", "pending")
+    __slots__ = (
+        "_committed",
+        "_dropped",
+        "_gone",
+        "_overlay",
+        "_skipped",
+        "_write",
+        "deferred",
+        "pending",
+    )
 
     def __init__(self) -> None:
         self._committed: dict[str, _Head] = {}
         self._overlay: dict[str, _Head] = {}
-        self._dropped: set[str] = set()
+        self._write: set[str] = set()  # overlay heads this batch must write
+        self._dropped: set[str] = set()  # tasks deleted by this batch (and not set since)
+        self._gone: set[str] = set()  # tasks deleted by this batch (their table row too)
+        self._skipped: set[str] = set()  # overlay heads ``dirty`` left deferred
+        self.deferred: set[str] = set()  # committed heads ahead of the tasks table
         self.pending: builtins.list[tuple[Any, ...]] = []
 
     def flush(self, conn: sqlite3.Connection) -> None:
@@ -446,7 +485,7 @@ class _Heads:
         if task_id in self._dropped:
             return None
         head = self._committed.get(task_id)
-        if head is None:
+        if head is None:  # not deferred either: the table row is current
             row = conn.execute(
                 "SELECT epoch, last_journal_seq, last_checkpoint_seq FROM tasks WHERE task_id = ?",
                 (task_id,),
@@ -455,42 +494,67 @@ class _Heads:
                 head = self._committed[task_id] = (int(row[0]), int(row[1]), int(row[2]))
         return head
 
-    def set(self, task_id: str, head: _Head) -> None:
+    def set(self, task_id: str, head: _Head, write: bool = True) -> None:
+        """Change a head in this batch; ``write=False`` (saves) lets it be deferred."""
         self._dropped.discard(task_id)
         self._overlay[task_id] = head
+        if write:
+            self._write.add(task_id)
 
     def drop(self, task_id: str) -> None:
-        """The task's rows were deleted in this batch."""
+        """The task's rows, its ``tasks`` row included, were deleted in this batch."""
         self._overlay.pop(task_id, None)
-        self._committed.pop(task_id, None)  # a cache: after a rollback, get() reloads it
+        self._write.discard(task_id)
         self._dropped.add(task_id)
+        self._gone.add(task_id)
 
     def dirty(
         self,
     ) -> tuple[builtins.list[tuple[int, int, int, str]], builtins.list[tuple[str, int, int, int]]]:
-        """The batch's changed heads: ``(epoch, journal, checkpoint, task_id)`` of
-        tasks the table holds (for an UPDATE), ``(task_id, ...)`` of the others."""
+        """The heads this batch writes: ``(epoch, journal, checkpoint, task_id)``
+        of tasks whose ``tasks`` row exists (an UPDATE), ``(task_id, ...)`` of the
+        others (an upsert). A head only saves changed, of a task whose row
+        exists, is deferred instead."""
         stored: builtins.list[tuple[int, int, int, str]] = []
         new: builtins.list[tuple[str, int, int, int]] = []
-        committed = self._committed
+        committed, write, gone = self._committed, self._write, self._gone
+        skipped = self._skipped
+        skipped.clear()
         for task_id, head in sorted(self._overlay.items()):
-            if task_id in committed:
+            if task_id not in committed or task_id in gone:
+                new.append((task_id, *head))
+            elif task_id in write:
                 stored.append((*head, task_id))
             else:
-                new.append((task_id, *head))
+                skipped.add(task_id)
         return stored, new
 
     def commit(self) -> None:
         for task_id in self._dropped:
             self._committed.pop(task_id, None)
+            self.deferred.discard(task_id)
         self._committed.update(self._overlay)
-        self._overlay.clear()
-        self._dropped.clear()
+        for task_id in self._overlay:
+            if task_id in self._skipped:
+                self.deferred.add(task_id)
+            else:
+                self.deferred.discard(task_id)
+        self._clear()
 
     def rollback(self) -> None:
-        self._overlay.clear()
-        self._dropped.clear()
+        self._clear()
         self.pending.clear()
+
+    def _clear(self) -> None:
+        self._overlay.clear()
+        self._write.clear()
+        self._dropped.clear()
+        self._gone.clear()
+        self._skipped.clear()
+
+    def deferred_rows(self) -> builtins.list[tuple[int, int, int, str]]:
+        """``(epoch, journal, checkpoint, task_id)`` of every deferred head."""
+        return [(*self._committed[t], t) for t in sorted(self.deferred)]
 
 
 _OpFn = Callable[[sqlite3.Connection, _Heads], T]
@@ -798,6 +862,7 @@ class CheckpointStore:
                 if version == 1:
                     for stmt in _statements(_MIGRATE_V1):
                         conn.execute(stmt)
+                conn.execute(_MATERIALIZE_HEADS)
             conn.execute("COMMIT")
         except BaseException:
             with contextlib.suppress(sqlite3.Error):
@@ -1125,6 +1190,11 @@ class CheckpointStore:
                 (self._keys_through, upto),
             )
             conn.execute("UPDATE meta SET value = ? WHERE key = 'keys_through'", (str(upto),))
+            conn.executemany(
+                "UPDATE tasks SET epoch = ?, last_journal_seq = ?, last_checkpoint_seq = ? "
+                "WHERE task_id = ?",
+                self._heads.deferred_rows(),
+            )
             conn.execute("COMMIT")
         except sqlite3.Error as exc:  # the tail stays readable; try again later
             with contextlib.suppress(sqlite3.Error):
@@ -1137,6 +1207,7 @@ class CheckpointStore:
                 with contextlib.suppress(sqlite3.Error):
                     conn.execute("PRAGMA synchronous=FULL")
         self._wal_pages += 1 + self._tail_rows // 64
+        self._heads.deferred.clear()
         self._keys_through = upto
         self._tail_rows = 0
         self._fold_due_rows = _FOLD_TAIL_ROWS
@@ -1192,7 +1263,7 @@ class CheckpointStore:
                 raise FutureJournalSeq(task_id, covers, last_journal)
             seq = last_seq + 1
             heads.pending.append(self._checkpoint_row(cp, seq, ""))
-            heads.set(task_id, (cp.epoch, last_journal, seq))
+            heads.set(task_id, (cp.epoch, last_journal, seq), write=False)
             return _save_outcome(make_ref(task_id, seq), seq, covers, cp.terminal)
 
         return op
@@ -1272,6 +1343,9 @@ class CheckpointStore:
 
         def op(conn: sqlite3.Connection, heads: _Heads) -> PruneReport:
             heads.flush(conn)
+            head = heads.get(conn, task_id)
+            if head is not None:  # its rows may carry a deferred head: write it first
+                heads.set(task_id, head)
             rows = _task_rows(conn, task_id, "id, seq, covers_journal_seq, terminal")
             preserved: str | None = None
             keep_seq = -1
@@ -1881,10 +1955,7 @@ class CheckpointStore:
     def task_heads(self) -> builtins.list[TaskHead]:
         """Return every task the store holds with its newest epoch and seqs, by task id."""
         with self._read_txn() as conn:
-            rows = conn.execute(
-                "SELECT task_id, epoch, last_checkpoint_seq, last_journal_seq FROM tasks "
-                "ORDER BY task_id"
-            ).fetchall()
+            rows = conn.execute(_TASK_HEADS).fetchall()
         return [TaskHead(r[0], int(r[1]), int(r[2]), int(r[3])) for r in rows]
 
     def verify(self) -> VerifyReport:

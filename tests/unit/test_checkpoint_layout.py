@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from lazarus.storage.errors import CorruptedCheckpoint, CorruptedRecord, StoreIOError
+from lazarus.storage.errors import CorruptedCheckpoint, CorruptedRecord, StaleEpoch, StoreIOError
 from node_agent.checkpoint import (
     AdoptedCheckpoint,
     AdoptedEvent,
@@ -269,6 +269,10 @@ def test_reads_agree_with_a_model_across_keyed_rows_and_the_tail(
                     terminal,
                     payload,
                 )
+        heads = {h.task_id: h for h in s.task_heads()}
+        for task, seq in last_seq.items():
+            assert heads[task].last_checkpoint_seq == seq
+            assert heads[task].epoch == 1
         assert s.verify().ok
 
     s = CheckpointStore(d, durability="group")
@@ -387,3 +391,58 @@ async def test_forget_and_save_in_one_batch_leave_the_new_head(tmp_path: Path) -
         assert [i.ref for i in s2.list("t")] == ["t@1"]
         assert s2.load("t@1").payload == b"c"
         assert s2.save(Checkpoint("t", 1, b"d")).seq == 2
+
+
+def _table_head(d: Path, task_id: str) -> tuple[int, int, int]:
+    conn = sqlite3.connect(d / DB_FILENAME)
+    try:
+        row = conn.execute(
+            "SELECT epoch, last_journal_seq, last_checkpoint_seq FROM tasks WHERE task_id = ?",
+            (task_id,),
+        ).fetchone()
+        return (int(row[0]), int(row[1]), int(row[2]))
+    finally:
+        conn.close()
+
+
+def test_heads_deferred_by_saves_survive_a_reopen_and_still_fence(tmp_path: Path) -> None:
+    d = tmp_path / "node"
+    with CheckpointStore(d) as s:
+        s.append("t", b"e", epoch=1)
+        s.save(Checkpoint("t", 1, b"a", 1))  # the task's row exists from the append
+        s.save(Checkpoint("t", 3, b"b", 1))  # a newer epoch, by a save alone
+        s.save(Checkpoint("t", 3, b"c", 1))
+        assert _table_head(d, "t") == (1, 1, 0)  # deferred: the rows carry it
+        [head] = s.task_heads()
+        assert (head.epoch, head.last_checkpoint_seq, head.last_journal_seq) == (3, 3, 1)
+    with CheckpointStore(d) as s:  # the open writes the deferred heads
+        assert _table_head(d, "t") == (3, 1, 3)
+        with pytest.raises(StaleEpoch):
+            s.save(Checkpoint("t", 2, b"old", 1))
+        assert s.save(Checkpoint("t", 3, b"d", 1)).seq == 4
+
+
+def test_prune_of_the_newest_rows_keeps_the_seq_numbering(tmp_path: Path) -> None:
+    d = tmp_path / "node"
+    with CheckpointStore(d) as s:
+        for i in range(3):
+            s.save(Checkpoint("t", 1, f"{i}".encode()))
+        report = s.prune("t", PrunePolicy(prune_covered_before=1, preserve_latest_terminal=False))
+        assert (report.pruned_count, report.retained_count) == (3, 0)
+        assert [(h.task_id, h.last_checkpoint_seq) for h in s.task_heads()] == [("t", 3)]
+        assert s.load_latest("t") is None
+    with CheckpointStore(d) as s:
+        assert s.save(Checkpoint("t", 1, b"next")).seq == 4
+
+
+def test_a_fold_writes_the_deferred_heads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(store_mod, "_FOLD_TAIL_ROWS", 5)
+    d = tmp_path / "node"
+    with CheckpointStore(d) as s:
+        s.save(Checkpoint("t", 1, b"0"))
+        for i in range(1, 4):
+            s.save(Checkpoint("t", 2, f"{i}".encode()))
+        assert _table_head(d, "t") == (1, 0, 1)
+        s.save(Checkpoint("t", 2, b"4"))  # the 5th row: the fold after this batch
+        assert _table_head(d, "t") == (2, 0, 5)
+        assert _keyed_and_tail(d) == (5, 0)

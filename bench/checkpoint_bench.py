@@ -44,31 +44,36 @@ RESULTS = RESULTS_DIR / "checkpoint.json"
 NOTES = """\
 How to read the async rows (`CheckpointStore.aio`, `node_agent/checkpoint/store.py`):
 
+* **On-disk layout (schema 2).** Checkpoint rows are stored in append order
+  under a growing id and keyed in bulk: a *fold* adds the keys of the last
+  ~1024 rows to `checkpoint_keys (task_id, covers_journal_seq, seq) -> id` in
+  one statement, reads scan the unkeyed tail besides the keys, and a save of a
+  known task defers its head row to the next fold (its checkpoint row carries
+  epoch and seq). Schema 1 had two indexes led by `task_id`, so a 32-task
+  group commit touched a leaf of each per task: ~75 WAL pages of 4 KiB per
+  commit; now ~7 frames of 8 KiB (new databases use 8 KiB pages). Schema 1
+  data dirs are migrated at open.
 * **1 task: the save commits on the event loop.** A lone save or append of at
   most 16 KiB, made while the writer thread is idle and no other callback is
   ready on the loop, runs its transaction (fsync included) on the loop itself,
   as the sync API's caller does: the loop is blocked for that commit (p50 about
-  0.2 ms for 1 KiB here) instead of paying two thread wake-ups (loop -> writer
-  -> loop, 0.06 to 0.09 ms). After one slower than 2 ms it stays off for 50
-  times as long as that commit took (slow inline commits hold the loop at most
-  ~2 % of the time); WAL checkpoints run on the writer thread, never on the
-  loop. Every other write is handed to the writer and never blocks the loop.
-  That brings the async API level with the sync API, but only level with
-  SqliteSaver (0.9x to 1.1x between runs): our commit writes ~5 WAL pages (the
-  row, a leaf of each of two indexes, the task's head, the database header) to
-  SqliteSaver's ~3, under the same fdatasync.
+  0.2 ms for 1 KiB here) instead of paying two thread wake-ups. After one
+  slower than 2 ms it stays off for 50 times as long as that commit took; WAL
+  checkpoints and folds run on the writer thread, never on the loop. One fsync
+  per save on both sides, so this cell stays near 1x.
 * **32 tasks, group: one list per loop iteration, one fsync per batch.** The
   loop hands the writer all saves made in one iteration as one queue item; the
   writer commits them (32 per batch here) with one fsync and resolves their
-  futures with one loop wake-up. What bounds it (instrumented run on
-  2026-11-25, 1 KiB, group, 32 tasks: ~48 us per save): SQLite's COMMIT ~20 us,
-  WAL checkpoints ~7.5 us, INSERTs ~6.5 us per save, i.e. ~35 us of SQLite work
-  per save, at most ~28k saves/s with no Python at all. Each 32-save commit
-  writes ~75 WAL pages because both checkpoint indexes start with `task_id`, so
-  every task's rows land on its own index leaf pages. Loop and writer Python
-  (~13 us per save) cannot overlap under the GIL; splitting a batch in two to
-  overlap one half's fsync with the loop was measured slower (15.6k vs 20k).
-  10x SqliteSaver (30k-37k saves/s here) needs a different on-disk layout.
+  futures with one loop wake-up. Where the time goes (instrumented run on
+  2026-11-25, 1 KiB, group, 32 tasks, ~37k saves/s, per save): COMMIT (the
+  fsync of ~56 KiB) ~7.2 us, the loop's turn (waking, resuming 32 coroutines,
+  their next saves) ~6.4 us, the writer's Python for the ops ~2.7 us, row
+  inserts ~2.4 us, folds ~2.1 us, WAL checkpoints ~2.1 us (every byte is
+  written twice in WAL mode), head rows ~1.3 us (before they were deferred),
+  resolving callers ~0.9 us. What caps it: the loop's and the writer's Python
+  cannot overlap under the GIL, and in this closed loop (every task awaits its
+  save) nothing is left to run during the fsync; running the batch on the loop
+  itself was not kept (writes other than a lone one stay off the loop).
 """
 
 PAYLOADS = {"1KiB": 1024, "256KiB": 256 * 1024}

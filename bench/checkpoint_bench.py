@@ -73,7 +73,9 @@ How to read the async rows (`CheckpointStore.aio`, `node_agent/checkpoint/store.
   resolving callers ~0.9 us. What caps it: the loop's and the writer's Python
   cannot overlap under the GIL, and in this closed loop (every task awaits its
   save) nothing is left to run during the fsync; running the batch on the loop
-  itself was not kept (writes other than a lone one stay off the loop).
+  itself was not kept (writes other than a lone one stay off the loop). That
+  puts this cell at 9x to 10x SqliteSaver here (runs on 2026-11-25: 34k-40k
+  saves/s against 3.7k-4.1k), short of the 10x goal.
 """
 
 PAYLOADS = {"1KiB": 1024, "256KiB": 256 * 1024}

@@ -22,11 +22,11 @@ worker's ``ctx.ensure_owner()`` and every context call compare it with
 
 Workers run at a lower CPU priority than the agent: ``nice`` +10 by default
 (``--worker-nice``). The agent's own threads (heartbeats, the checkpoint
-relay, the store's writer) then win a core from CPU-bound handlers as soon as
-they wake, so a node whose handlers saturate its cores still heartbeats on
-time and answers checkpoints sooner (``bench/taskpath_bench.py``: p50 of a
-checkpoint call of a CPU-bound handler 2.6 ms instead of 3.2 ms, 4 workers on 2
-cores); when nothing else wants the CPU, a niced worker runs at full speed.
+relay, the store's writer) then get a core ahead of CPU-bound handlers when
+they wake, so checkpoints are answered sooner (``bench/taskpath_bench.py``:
+p50 of a checkpoint call of a CPU-bound handler 2.6 ms instead of 3.2 ms, 4
+workers on 2 cores); when nothing else wants the CPU, a niced worker runs at
+full speed.
 
 A worker that dies (SIGKILL, OOM kill, a crash in C code) ends its relay
 with ``WorkerDied``: the runner fails that task (retryable) with a readable

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lazarus.tls import ClientTls
+from node_agent.isolation import DEFAULT_WORKER_NICE
 from node_agent.sdk import DurabilityName, IsolationName
 
 __all__ = ["AgentSettings", "SettingsError", "parse_addresses", "parse_labels"]
@@ -103,7 +104,7 @@ class AgentSettings:
     advertise_kinds: bool = False
     durability: DurabilityName = "local"
     isolation: IsolationName = "thread"
-    worker_nice: int = 10
+    worker_nice: int = DEFAULT_WORKER_NICE
     max_payload_bytes: int = 1 << 20
     replication_backlog: int = 10_000
     metrics_listen: str = ""

@@ -130,6 +130,8 @@ class FanInConfig:
         replica_tick_s: a replica's FollowerCore tick period.
         leader_tick_s: the leader's verdict tick period.
         fence_lead_s: the agents' ``fence_lead_s``.
+        progress_report_interval_s: the agents' ``progress_report_interval_s``
+            (1 s, not the 5 s default, so short runs carry Checkpointed updates).
         hello_timeout_s: an agent gives up on a Hello without Welcome after this.
         keepalives_per_ttl: keepalives per lease TTL (``coordinator.election``: 6).
         lessor_interval_s: etcd checks lease expiry this often (its clock).
@@ -153,6 +155,7 @@ class FanInConfig:
     replica_tick_s: float = 0.05
     leader_tick_s: float = 0.1
     fence_lead_s: float = 0.5
+    progress_report_interval_s: float = 1.0
     hello_timeout_s: float = 2.0
     keepalives_per_ttl: int = 6
     lessor_interval_s: float = 0.5
@@ -735,6 +738,7 @@ class FanInSimulation:
             node.node_id,
             f"{node.node_id}-i{node.incarnation}",
             fence_lead_s=self.config.fence_lead_s,
+            progress_report_interval_s=self.config.progress_report_interval_s,
         )
         node.session = None
         gen = node.gen

@@ -140,6 +140,9 @@ class FleetConfig:
         agent_tick_s: the agent shell's tick period (its own clock).
         step_s: a task handler's step (one checkpoint) takes this long.
         fence_lead_s: ``AgentCore(fence_lead_s=...)``.
+        progress_report_interval_s: ``AgentCore(progress_report_interval_s=...)``;
+            1 s, not the agent's 5 s default, so that the short safety phase
+            carries Checkpointed updates (and their races) at all.
         shape: the name printed in the replay command.
     """
 
@@ -158,6 +161,7 @@ class FleetConfig:
     agent_tick_s: float = 0.2
     step_s: float = 0.3
     fence_lead_s: float = 0.5
+    progress_report_interval_s: float = 1.0
     shape: str = "default"
 
 
@@ -435,7 +439,12 @@ class FleetSimulation:
             store_previous_incarnation=store.previous,
         )
         hello.capacity.slots = 4
-        core = AgentCore(node_id, incarnation, fence_lead_s=self.config.fence_lead_s)
+        core = AgentCore(
+            node_id,
+            incarnation,
+            fence_lead_s=self.config.fence_lead_s,
+            progress_report_interval_s=self.config.progress_report_interval_s,
+        )
         drift = self.config.clock_drift
         proc = _Proc(
             pid=self._pids,

@@ -210,6 +210,7 @@ class NodeAgent:
             settings.node_id,
             self.incarnation,
             fence_lead_s=settings.fence_lead_s,
+            progress_report_interval_s=settings.progress_report_interval_s,
             unsafe_disable_self_fence=_unsafe_disable_self_fence(),
         )
         self._lock = asyncio.Lock()

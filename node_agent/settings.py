@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lazarus.tls import ClientTls
+from node_agent.core.core import DEFAULT_PROGRESS_REPORT_INTERVAL_S
 from node_agent.isolation import DEFAULT_WORKER_NICE
 from node_agent.sdk import DurabilityName, IsolationName
 
@@ -85,6 +86,8 @@ class AgentSettings:
         metrics_listen: Prometheus ``/metrics`` host:port ("" disables).
         fence_lead_s: the agent starts pausing its tasks this long before the
             fence deadline ``s + fence_after`` so the pause completes by then.
+        progress_report_interval_s: least time between two reports of one task's
+            newest checkpoint to the leader (each is an etcd write), seconds (> 0).
         reconnect_max_backoff_s: cap of the jittered reconnect backoff.
         rpc_timeout_s: bound on connecting and on each unary call.
         tls: how to dial coordinators: the cluster CA, this node's certificate
@@ -109,6 +112,7 @@ class AgentSettings:
     replication_backlog: int = 10_000
     metrics_listen: str = ""
     fence_lead_s: float = 0.5
+    progress_report_interval_s: float = DEFAULT_PROGRESS_REPORT_INTERVAL_S
     reconnect_max_backoff_s: float = 2.0
     rpc_timeout_s: float = 5.0
     tls: ClientTls = field(default_factory=ClientTls)
@@ -141,5 +145,10 @@ class AgentSettings:
             )
         if not 0 <= self.fence_lead_s < 5:
             raise SettingsError(f"--fence-lead-s: must be in [0, 5), got {self.fence_lead_s}")
+        if not 0 < self.progress_report_interval_s <= 3600:
+            raise SettingsError(
+                "--progress-report-interval-s: must be in (0, 3600], got "
+                f"{self.progress_report_interval_s}"
+            )
         if not self.redis_url.startswith(("redis://", "rediss://", "unix://")):
             raise SettingsError(f"--redis-url: {self.redis_url!r} is not redis://host:port/db")

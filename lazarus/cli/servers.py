@@ -533,6 +533,15 @@ def node_agent_command(
             help="Start pausing tasks this long before the self-fence deadline.",
         ),
     ] = 0.5,
+    progress_report_interval_s: Annotated[
+        float,
+        typer.Option(
+            envvar="LAZARUS_PROGRESS_REPORT_INTERVAL_S",
+            help="Report a task's newest checkpoint to the leader at most this often, "
+            "seconds: what `lazarus tasks` shows. Each report is an etcd write; recovery "
+            "never waits for one (it resumes from Redis or the local store).",
+        ),
+    ] = 5.0,
     tls_ca_file: TlsCaOption = "",
     tls_cert_file: TlsCertOption = "",
     tls_key_file: TlsKeyOption = "",
@@ -583,6 +592,7 @@ def node_agent_command(
             replication_backlog=replication_backlog,
             metrics_listen=metrics_listen,
             fence_lead_s=fence_lead_s,
+            progress_report_interval_s=progress_report_interval_s,
             tls=ClientTls(tls_ca_file, tls_cert_file, tls_key_file, tls_server_name),
         )
     except (SettingsError, ValueError) as exc:

@@ -51,6 +51,8 @@ from node_agent.core import (
     ready_batch,
 )
 from node_agent.core import records as rec
+from node_agent.core.core import DEFAULT_PROGRESS_REPORT_INTERVAL_S
+from node_agent.settings import AgentSettings, SettingsError
 
 ROOT = Path(__file__).resolve().parents[2]
 HB_MS = 500
@@ -767,6 +769,32 @@ def test_checkpointed_updates_are_coalesced_per_task() -> None:
     d.core.task_progress("t2", 1, checkpoint=ckpt("t2", 1, 0))
     d.at(10.0)
     assert [u.task_id for u in updates(d.tick())] == []
+
+
+def test_by_default_a_task_is_reported_at_most_once_per_five_seconds() -> None:
+    """Each report is an etcd write by the leader: the default keeps N
+    checkpointing tasks at N / 5 writes per second, whatever their rate."""
+    assert DEFAULT_PROGRESS_REPORT_INTERVAL_S == 5.0
+    d = Driver(AgentCore("node-1", "inc-1", fence_lead_s=LEAD_S))
+    d.ack_all(d.connect())
+    d.run("t1", 1)
+    sent: list[float] = []
+    for i in range(1, 401):  # 20 s, a checkpoint at every 50 ms tick
+        d.at(round(i * 0.05, 6))
+        d.core.task_progress("t1", 1, checkpoint=ckpt("t1", 1, i), journal_seq=i)
+        out = d.tick()
+        d.ack_all(out)
+        sent += [d.now for u in updates(out) if change(u) == "checkpointed"]
+    assert 3 <= len(sent) <= 5
+    assert all(b - a >= 5.0 - 1e-9 for a, b in itertools.pairwise(sent))
+
+
+def test_agent_settings_refuse_a_progress_report_interval_out_of_range() -> None:
+    base = {"node_id": "n1", "coordinators": ("127.0.0.1:1",), "data_dir": Path("/tmp/x")}
+    assert AgentSettings(**base).progress_report_interval_s == DEFAULT_PROGRESS_REPORT_INTERVAL_S
+    for bad in (0.0, -1.0, 3601.0):
+        with pytest.raises(SettingsError, match="--progress-report-interval-s"):
+            AgentSettings(**base, progress_report_interval_s=bad)
 
 
 def test_replication_ack_marks_the_checkpoint_replicated_and_reports_it() -> None:

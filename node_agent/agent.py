@@ -271,6 +271,7 @@ class NodeAgent:
             replica,
             max_backlog=s.replication_backlog,
             observer=_ReplicationMetrics(self.metrics),
+            linger_s=s.replication_linger_s,
         )
         await self._replicator.start()
         self.shared = SharedDocuments(s.data_dir, s.node_id)
@@ -398,6 +399,8 @@ class NodeAgent:
         while True:
             async with self._lock:
                 await self._execute(self.core.tick(self._now(), self._wall_ms()))
+            if self._runner is not None:
+                self._runner.drain_handoff()  # local-durability records, once a tick
             if self._replicator is not None:
                 self.metrics.replication_lag.set(self._replicator.lag_seconds)
                 self.metrics.replication_backlog.set(self._replicator.backlog_records)
@@ -870,13 +873,20 @@ class NodeAgent:
             )
         )
 
-    async def progress(self, task_id: str, epoch: int, **fields: Any) -> None:
-        # task_progress only updates the core's view (it returns no commands); a
-        # synchronous call is atomic here, so it need not queue for the lock.
+    def progress(self, task_id: str, epoch: int, **fields: Any) -> None:
+        # task_progress only updates the core's view; a synchronous call is atomic
+        # here, so it needs neither the lock nor a task of its own (it runs once or
+        # twice per checkpoint).
         checkpoint = fields.get("checkpoint")
         if checkpoint is not None:
             fields["checkpoint"] = convert.checkpoint_from_pb(checkpoint)
-        await self._execute(self.core.task_progress(task_id, epoch, **fields))
+        commands = self.core.task_progress(task_id, epoch, **fields)
+        if commands:
+            self._spawn(self._execute_locked(commands))
+
+    async def _execute_locked(self, commands: list[Command]) -> None:
+        async with self._lock:
+            await self._execute(commands)
 
     async def finished(
         self,

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import random
 import time
 from collections import OrderedDict
 from collections.abc import Callable
@@ -54,6 +55,7 @@ from lazarus.storage.replica import (
 
 __all__ = [
     "DEFAULT_PREFIX",
+    "DEFAULT_REPLICATION_LINGER_S",
     "MAX_SAFE_INT",
     "REPLICATE_LUA",
     "RETRYABLE_ERRORS",
@@ -72,6 +74,20 @@ __all__ = [
 ]
 
 _log = logging.getLogger("lazarus.replication")
+
+DEFAULT_REPLICATION_LINGER_S = 0.1
+"""The agent's default ``linger_s`` for records of ``local``-durability tasks.
+
+Their writers never wait for Redis, so a record may wait this long for others
+to share its round trip: at a few checkpoints per second per agent this halves
+the agent's and Redis's CPU per checkpoint or better (``bench/taskpath_bench.py``),
+and the Redis copy a new owner resumes from lags by at most this much more.
+"""
+
+
+def _log_notify_failure(task: asyncio.Future[None]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        _log.error("replicator wake-up failed: %r", task.exception())
 
 
 class ReplicatorClosed(RuntimeError):
@@ -103,6 +119,7 @@ class _Entry:
     futures: list[asyncio.Future[ReplicationResult]]
     enqueued_s: float
     attempts: int = 0
+    urgent: bool = True  # someone may wait for it: ship without lingering
 
 
 class Replicator:
@@ -120,6 +137,13 @@ class Replicator:
         retry_max_s: backoff cap, seconds.
         observer: metrics hooks.
         clock: monotonic seconds, for lag.
+        linger_s: how long an item submitted with ``linger=True`` may wait in the
+            queue for others to share its round trip, seconds (0 = none). As
+            Kafka's producer ``linger.ms``: at a few checkpoints per second per
+            agent every item otherwise pays a whole round trip (loop wake-ups,
+            redis-py's pipeline, a Redis read and write) for one EVALSHA. An
+            urgent item, :meth:`flush` or :meth:`close` ships everything queued
+            at once.
     """
 
     def __init__(
@@ -132,6 +156,7 @@ class Replicator:
         retry_max_s: float = 1.0,
         observer: ReplicationObserver | None = None,
         clock: Callable[[], float] = time.monotonic,
+        linger_s: float = 0.0,
     ) -> None:
         if max_backlog < 1:
             raise InvalidArgument("max_backlog", f"{max_backlog} < 1")
@@ -139,6 +164,11 @@ class Replicator:
             raise InvalidArgument("max_batch_items", f"{max_batch_items} < 1")
         if retry_initial_s <= 0 or retry_max_s < retry_initial_s:
             raise InvalidArgument("retry_max_s", "need 0 < retry_initial_s <= retry_max_s")
+        if not 0 <= linger_s <= 10:
+            raise InvalidArgument("linger_s", f"{linger_s} not in [0, 10]")
+        self._linger_s = linger_s
+        self._flush_all = False  # flush(): ship what is queued now, lingering or not
+        self._blocked = 0  # submitters waiting for room in the backlog
         self._replica = replica
         self._max_backlog = max_backlog
         self._max_batch_items = max_batch_items
@@ -223,8 +253,14 @@ class Replicator:
 
     # -- submit
 
-    async def submit(self, item: ReplicationItem) -> asyncio.Future[ReplicationResult]:
+    async def submit(
+        self, item: ReplicationItem, *, linger: bool = False
+    ) -> asyncio.Future[ReplicationResult]:
         """Queue an item; wait while the backlog is full.
+
+        With ``linger``, the item may wait up to ``linger_s`` for others to share
+        its round trip: for writers that do not wait for the answer (local
+        durability). Per-task order holds either way (the queue is FIFO).
 
         Returns:
             A future resolving with the item's :class:`ReplicationResult` once
@@ -249,12 +285,17 @@ class Replicator:
                 after = self._backlog - freed + item.records
                 if after <= self._max_backlog or self._backlog - freed == 0:
                     break
-                await self._changed.wait()
-            entry = _Entry(item, [future], self._clock())
+                self._blocked += 1  # the queue ships at once, lingering or not
+                try:
+                    await self._changed.wait()
+                finally:
+                    self._blocked -= 1
+            entry = _Entry(item, [future], self._clock(), urgent=not linger)
             for i in merge_ids:
                 old = self._remove(i)
                 entry.futures.extend(old.futures)
                 entry.enqueued_s = min(entry.enqueued_s, old.enqueued_s)
+                entry.urgent = entry.urgent or old.urgent
             entry_id = self._next_id
             self._next_id += 1
             self._queue[entry_id] = entry
@@ -286,13 +327,51 @@ class Replicator:
 
     # -- sending
 
+    def flush(self) -> None:
+        """Ship every item queued now without waiting out its linger."""
+        if self._queue and not self._flush_all:
+            self._flush_all = True
+            self._wake()
+
+    def _wake(self) -> None:
+        asyncio.ensure_future(self._notify()).add_done_callback(_log_notify_failure)
+
+    async def _notify(self) -> None:
+        async with self._changed:
+            self._changed.notify_all()
+
+    def _linger_left_s(self) -> float:
+        """Seconds until the queue must be shipped; 0 = now (call with the lock held)."""
+        if self._closed or self._flush_all or self._blocked or not self._linger_s:
+            return 0.0
+        if len(self._queue) >= self._max_batch_items:
+            return 0.0
+        oldest = None
+        for entry in self._queue.values():
+            if entry.urgent:
+                return 0.0
+            if oldest is None or entry.enqueued_s < oldest:
+                oldest = entry.enqueued_s
+        if oldest is None:
+            return 0.0
+        return max(0.0, oldest + self._linger_s - self._clock())
+
     async def _run(self) -> None:
         while True:
             async with self._changed:
-                await self._changed.wait_for(lambda: bool(self._queue))
+                while True:
+                    await self._changed.wait_for(lambda: bool(self._queue))
+                    left = self._linger_left_s()
+                    if left <= 0:
+                        break
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(left):
+                            await self._changed.wait()
                 batch: list[_Entry] = []
                 while self._queue and len(batch) < self._max_batch_items:
                     batch.append(self._remove(next(iter(self._queue))))
+                if not self._queue:
+                    self._flush_all = False
                 self._inflight = batch
                 self._backlog += sum(e.item.records for e in batch)
             try:
@@ -313,7 +392,17 @@ class Replicator:
                 self._changed.notify_all()
 
     async def _ship(self, batch: list[_Entry]) -> list[ReplicationResult | Exception]:
-        """Send the batch until Redis answers; retryable errors back off and repeat."""
+        """Send the batch until Redis answers; retryable errors back off and repeat.
+
+        The first attempt goes without tenacity's machinery (the common case, once
+        per round trip); after a retryable failure tenacity backs off and repeats.
+        """
+        items = [e.item for e in batch]
+        try:
+            return await self._attempt(batch, items)
+        except RETRYABLE_ERRORS as exc:
+            self._retried(exc)
+            await asyncio.sleep(random.uniform(0, self._retry_initial_s))
         retrying = AsyncRetrying(
             retry=retry_if_exception_type(RETRYABLE_ERRORS),
             wait=wait_random_exponential(multiplier=self._retry_initial_s, max=self._retry_max_s),
@@ -321,34 +410,38 @@ class Replicator:
             before_sleep=self._on_retry,
             reraise=True,
         )
-        items = [e.item for e in batch]
         async for attempt in retrying:
             with attempt:
-                for entry in batch:
-                    entry.attempts += 1
-                started = self._clock()
-                results = await self._replica.write_many(items)
-                if len(results) != len(items):
-                    raise redis.exceptions.ResponseError(
-                        f"replica answered {len(results)} results for {len(items)} items"
-                    )
-                for r in results:
-                    if isinstance(
-                        r, redis.exceptions.NoScriptError | redis.exceptions.ReadOnlyError
-                    ):
-                        # Script cache flushed mid-batch, or a failover left us on a replica:
-                        # writes are idempotent, so send the whole batch again.
-                        raise r
-                records = sum(i.records for i in items)
-                self._observer.batch_shipped(len(items), records, self._clock() - started)
-                return results
+                return await self._attempt(batch, items)
         raise AssertionError("unreachable: stop_never")  # pragma: no cover
 
+    async def _attempt(
+        self, batch: list[_Entry], items: list[ReplicationItem]
+    ) -> list[ReplicationResult | Exception]:
+        for entry in batch:
+            entry.attempts += 1
+        started = self._clock()
+        results = await self._replica.write_many(items)
+        if len(results) != len(items):
+            raise redis.exceptions.ResponseError(
+                f"replica answered {len(results)} results for {len(items)} items"
+            )
+        for r in results:
+            if isinstance(r, redis.exceptions.NoScriptError | redis.exceptions.ReadOnlyError):
+                # Script cache flushed mid-batch, or a failover left us on a replica:
+                # writes are idempotent, so send the whole batch again.
+                raise r
+        records = sum(i.records for i in items)
+        self._observer.batch_shipped(len(items), records, self._clock() - started)
+        return results
+
     def _on_retry(self, state: RetryCallState) -> None:
+        self._retried(state.outcome.exception() if state.outcome is not None else None)
+
+    def _retried(self, error: BaseException | None) -> None:
         self.errors_total += 1
         if self._outage_since is None:
             self._outage_since = self._clock()
-            error = state.outcome.exception() if state.outcome is not None else None
             _log.warning(
                 "Redis unreachable (%s: %s); keeping %d records queued and retrying",
                 type(error).__name__,

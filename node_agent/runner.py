@@ -32,11 +32,14 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import functools
 import json
 import logging
 import os
+import threading
 import time
 import traceback
+from collections import deque
 from collections.abc import Awaitable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -127,7 +130,9 @@ class Reporter(Protocol):
         self, task_id: str, epoch: int, started: agent_pb2.TaskUpdate.Started
     ) -> None: ...
 
-    async def progress(self, task_id: str, epoch: int, **fields: Any) -> None: ...
+    def progress(self, task_id: str, epoch: int, **fields: Any) -> None:
+        """A task checkpointed, recorded, replicated or reported progress (on the loop;
+        cheap: updates the core's view, sends nothing)."""
 
     async def finished(
         self,
@@ -187,6 +192,20 @@ class _Run:
     restored: bool = False  # _restore returned: the local store holds its state
     data_loss: DataLoss | None = None  # the acknowledged state was found nowhere
     reshipping: bool = False  # a re-ship after Redis lost data is queued
+
+
+@dataclass(eq=False, slots=True)
+class _Handoff:
+    """A record a handler thread committed, on its way to the replicator."""
+
+    run: _Run
+    item: ReplicationItem
+    ckpt_seq: int
+    journal_seq: int
+    summary: records_pb2.CheckpointSummary | None
+    t_sent: float
+    out: concurrent.futures.Future[tuple[ReplicationResult, float]]
+    linger: bool
 
 
 class _Host:
@@ -312,6 +331,13 @@ class TaskRunner:
         )
         self._loop: asyncio.AbstractEventLoop | None = None
         self._ownership = Ownership()
+        # Records handler threads committed, in commit order, for the loop to
+        # submit; one drain at a time keeps each task's order.
+        self._handoff: deque[_Handoff] = deque()
+        self._handoff_lock = threading.Lock()
+        self._draining = False
+        hops = metrics.checkpoint_hop_seconds
+        self._hop = {h: hops.labels(hop=h) for h in ("commit", "handoff", "redis", "wake")}
         self._ignore_redis_loss = os.environ.get(UNSAFE_IGNORE_REDIS_LOSS_ENV, "") == "1"
         if self._ignore_redis_loss:
             _log.error(
@@ -934,10 +960,11 @@ class TaskRunner:
         )
         run.checkpoint = summary
         fut = await self.replicator.submit(
-            ReplicationItem(run.task_id, run.epoch, self.node_id, checkpoint=record)
+            ReplicationItem(run.task_id, run.epoch, self.node_id, checkpoint=record),
+            linger=run.durability != "replicated",
         )
         self._track(run, fut, outcome.seq)
-        await self.reporter.progress(
+        self.reporter.progress(
             run.task_id, run.epoch, checkpoint=summary, journal_seq=run.journal_seq
         )
         # Acknowledged after the fence deadline: not a success of this owner.
@@ -1027,8 +1054,7 @@ class TaskRunner:
             self._call_soon(self._lose(run, exc.current_epoch))
             raise TaskCancelled(str(exc)) from exc
         t1 = time.monotonic()
-        hops = self.metrics.checkpoint_hop_seconds
-        hops.labels(hop="commit").observe(t1 - t0)
+        self._hop["commit"].observe(t1 - t0)
         summary, record = self._saved(
             run, outcome.seq, outcome.ref, outcome.covers_journal_seq, payload, reason, result
         )
@@ -1086,6 +1112,11 @@ class TaskRunner:
     ) -> concurrent.futures.Future[tuple[ReplicationResult, float]]:
         """Hand a committed record to the event loop (from a handler thread).
 
+        A record of a ``replicated`` task wakes the loop now (its handler waits
+        for Redis). A ``local`` one only joins the queue the loop drains at its
+        next tick (``drain_handoff``, every 50 ms) and then lingers in the
+        replicator: no thread wake-up and no round trip of its own per checkpoint.
+
         Returns:
             A future of (Redis's answer, monotonic time the loop saw it).
         """
@@ -1094,48 +1125,87 @@ class TaskRunner:
         )
         run.shipping.add(out)
         out.add_done_callback(run.shipping.discard)
-        hops = self.metrics.checkpoint_hop_seconds
-        assert self._loop is not None
-
-        async def ship() -> None:
-            t_loop = time.monotonic()
-            hops.labels(hop="handoff").observe(t_loop - t_sent)
-            try:
-                fut = await self.replicator.submit(item)
-            except BaseException as exc:
-                out.set_exception(exc)
-                raise
-            self._track(run, fut, ckpt_seq, journal_seq=journal_seq)
-
-            def done(f: asyncio.Future[ReplicationResult]) -> None:
-                if f.cancelled():
-                    out.cancel()
-                    return
-                exc = f.exception()
-                if exc is not None:
-                    out.set_exception(exc)
-                    return
-                t_ack = time.monotonic()
-                hops.labels(hop="redis").observe(t_ack - t_loop)
-                out.set_result((f.result(), t_ack))
-
-            fut.add_done_callback(done)
-            if summary is not None:
-                await self.reporter.progress(
-                    run.task_id, run.epoch, checkpoint=summary, journal_seq=run.journal_seq
-                )
-            elif journal_seq:
-                await self.reporter.progress(run.task_id, run.epoch, journal_seq=journal_seq)
-
-        asyncio.run_coroutine_threadsafe(ship(), self._loop).add_done_callback(_log_cfailure)
+        linger = run.durability != "replicated"
+        handoff = _Handoff(run, item, ckpt_seq, journal_seq, summary, t_sent, out, linger)
+        with self._handoff_lock:
+            self._handoff.append(handoff)
+            wake = not linger and not self._draining
+            if wake:
+                self._draining = True
+        if wake:
+            assert self._loop is not None
+            self._loop.call_soon_threadsafe(self._start_drain)
         return out
+
+    def drain_handoff(self) -> None:
+        """Submit what handler threads committed (on the loop; the agent's tick calls it)."""
+        with self._handoff_lock:
+            if not self._handoff or self._draining:
+                return
+            self._draining = True
+        self._start_drain()
+
+    def _start_drain(self) -> None:
+        asyncio.ensure_future(self._drain()).add_done_callback(_log_failure)
+
+    async def _drain(self) -> None:
+        while True:
+            with self._handoff_lock:
+                if not self._handoff:
+                    self._draining = False
+                    return
+                handoff = self._handoff.popleft()
+            try:
+                await self._submit_handoff(handoff)
+            except BaseException:
+                with self._handoff_lock:
+                    self._draining = False
+                if self._handoff:
+                    self._loop_soon(self.drain_handoff)
+                raise
+
+    def _loop_soon(self, fn: Any) -> None:
+        if self._loop is not None:
+            self._loop.call_soon(fn)
+
+    async def _submit_handoff(self, h: _Handoff) -> None:
+        run = h.run
+        t_loop = time.monotonic()
+        self._hop["handoff"].observe(t_loop - h.t_sent)
+        try:
+            fut = await self.replicator.submit(h.item, linger=h.linger)
+        except Exception as exc:
+            h.out.set_exception(exc)
+            return
+        self._track(run, fut, h.ckpt_seq, journal_seq=h.journal_seq)
+        out, hop_redis = h.out, self._hop["redis"]
+
+        def done(f: asyncio.Future[ReplicationResult]) -> None:
+            if f.cancelled():
+                out.cancel()
+                return
+            exc = f.exception()
+            if exc is not None:
+                out.set_exception(exc)
+                return
+            t_ack = time.monotonic()
+            hop_redis.observe(t_ack - t_loop)
+            out.set_result((f.result(), t_ack))
+
+        fut.add_done_callback(done)
+        if h.summary is not None:
+            self.reporter.progress(
+                run.task_id, run.epoch, checkpoint=h.summary, journal_seq=run.journal_seq
+            )
+        elif h.journal_seq:
+            self.reporter.progress(run.task_id, run.epoch, journal_seq=h.journal_seq)
 
     def _wait_replicated(
         self, run: _Run, fut: concurrent.futures.Future[tuple[ReplicationResult, float]]
     ) -> None:
         """Block this (handler) thread until Redis acked; raise when it refused our epoch."""
         result, t_ack = fut.result()
-        self.metrics.checkpoint_hop_seconds.labels(hop="wake").observe(time.monotonic() - t_ack)
+        self._hop["wake"].observe(time.monotonic() - t_ack)
         if result.outcome is Outcome.STALE:
             raise TaskCancelled(
                 f"task {run.task_id!r}: Redis refused epoch {run.epoch} "
@@ -1160,7 +1230,8 @@ class TaskRunner:
                 run.epoch,
                 self.node_id,
                 events=(self._event_record(run, seq, run.epoch, payload, _wall_ms()),),
-            )
+            ),
+            linger=run.durability != "replicated",
         )
         self._track(run, fut, 0, journal_seq=seq)
         self._ensure(run)
@@ -1170,11 +1241,20 @@ class TaskRunner:
         return seq
 
     def _progress(self, run: _Run, ratio: float, message: str) -> None:
-        if self._loop is None:
+        loop = self._loop
+        if loop is None:
             return
-        coro = self.reporter.progress(run.task_id, run.epoch, ratio=ratio, message=message)
-        task = asyncio.ensure_future(coro)
-        task.add_done_callback(_log_failure)
+        report = functools.partial(
+            self.reporter.progress, run.task_id, run.epoch, ratio=ratio, message=message
+        )
+        try:
+            on_loop = asyncio.get_running_loop() is loop
+        except RuntimeError:  # a handler thread
+            on_loop = False
+        if on_loop:
+            report()
+        else:
+            loop.call_soon_threadsafe(report)
 
     async def _await_replicated(self, run: _Run, fut: asyncio.Future[ReplicationResult]) -> None:
         result = await asyncio.shield(fut)
@@ -1224,9 +1304,7 @@ class TaskRunner:
             if journal_seq:
                 fields["replicated_journal_seq"] = journal_seq
             if fields:
-                asyncio.ensure_future(
-                    self.reporter.progress(run.task_id, run.epoch, **fields)
-                ).add_done_callback(_log_failure)
+                self.reporter.progress(run.task_id, run.epoch, **fields)
 
         fut.add_done_callback(done)
 
@@ -1329,12 +1407,16 @@ class TaskRunner:
                 self.stop_grace_s,
             )
             await asyncio.to_thread(self._workers.discard, worker)
+        if flush:
+            self.drain_handoff()  # ship what lingers (local durability) at once
+            self.replicator.flush()
         if run.shipping:  # records a handler thread committed, not yet handed to Redis
             await asyncio.wait(
                 [asyncio.wrap_future(f) for f in list(run.shipping)],
                 timeout=self.flush_timeout_s if flush else 0.05,
             )
         if flush and run.pending:
+            self.replicator.flush()
             pending = set(run.pending)
             done, _ = await asyncio.wait(pending, timeout=self.flush_timeout_s)
             if len(done) < len(pending):
@@ -1362,6 +1444,13 @@ class TaskRunner:
         if tasks:
             await asyncio.wait(tasks, timeout=self.stop_grace_s)
         self._runs.clear()
+        # Committed records still waiting for the loop go to the replicator, whose
+        # close drains them to Redis (bounded): a restart would re-ship them anyway.
+        deadline = time.monotonic() + 1.0
+        while (self._handoff or self._draining) and time.monotonic() < deadline:
+            self.drain_handoff()
+            self.replicator.flush()
+            await asyncio.sleep(0.01)
         if self._workers is not None:
             await asyncio.to_thread(self._workers.close)
         self._pool.shutdown(wait=False, cancel_futures=True)

@@ -15,6 +15,7 @@ from pathlib import Path
 from lazarus.tls import ClientTls
 from node_agent.core.core import DEFAULT_PROGRESS_REPORT_INTERVAL_S
 from node_agent.isolation import DEFAULT_WORKER_NICE
+from node_agent.replication import DEFAULT_REPLICATION_LINGER_S
 from node_agent.sdk import DurabilityName, IsolationName
 
 __all__ = ["AgentSettings", "SettingsError", "parse_addresses", "parse_labels"]
@@ -83,6 +84,9 @@ class AgentSettings:
         worker_nice: ``nice`` increment of worker processes over the agent (0..19).
         max_payload_bytes: limit on a task's payload, checkpoint state, event and result.
         replication_backlog: replication queue bound, records (>= 16).
+        replication_linger_s: how long a record of a task with ``local``
+            durability may wait for others to share its Redis round trip,
+            seconds (0..1; 0 ships each at once). ``replicated`` never waits.
         metrics_listen: Prometheus ``/metrics`` host:port ("" disables).
         fence_lead_s: the agent starts pausing its tasks this long before the
             fence deadline ``s + fence_after`` so the pause completes by then.
@@ -110,6 +114,7 @@ class AgentSettings:
     worker_nice: int = DEFAULT_WORKER_NICE
     max_payload_bytes: int = 1 << 20
     replication_backlog: int = 10_000
+    replication_linger_s: float = DEFAULT_REPLICATION_LINGER_S
     metrics_listen: str = ""
     fence_lead_s: float = 0.5
     progress_report_interval_s: float = DEFAULT_PROGRESS_REPORT_INTERVAL_S
@@ -145,6 +150,10 @@ class AgentSettings:
             )
         if not 0 <= self.fence_lead_s < 5:
             raise SettingsError(f"--fence-lead-s: must be in [0, 5), got {self.fence_lead_s}")
+        if not 0 <= self.replication_linger_s <= 1:
+            raise SettingsError(
+                f"--replication-linger-s: must be in [0, 1], got {self.replication_linger_s}"
+            )
         if not 0 < self.progress_report_interval_s <= 3600:
             raise SettingsError(
                 "--progress-report-interval-s: must be in (0, 3600], got "

@@ -519,6 +519,17 @@ def node_agent_command(
             help="Records queued for Redis at most; writers wait beyond it.",
         ),
     ] = 10_000,
+    replication_linger_s: Annotated[
+        float,
+        typer.Option(
+            envvar="LAZARUS_REPLICATION_LINGER_S",
+            min=0.0,
+            max=1.0,
+            help="How long a record of a task with local durability may wait for others "
+            "to share its Redis round trip, seconds: less CPU per checkpoint, a Redis copy "
+            "that lags by at most this much more. Replicated durability never waits.",
+        ),
+    ] = 0.1,
     metrics_listen: Annotated[
         str,
         typer.Option(
@@ -590,6 +601,7 @@ def node_agent_command(
             worker_nice=worker_nice,
             max_payload_bytes=max_payload_bytes,
             replication_backlog=replication_backlog,
+            replication_linger_s=replication_linger_s,
             metrics_listen=metrics_listen,
             fence_lead_s=fence_lead_s,
             progress_report_interval_s=progress_report_interval_s,

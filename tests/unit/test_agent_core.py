@@ -789,12 +789,16 @@ def test_by_default_a_task_is_reported_at_most_once_per_five_seconds() -> None:
     assert all(b - a >= 5.0 - 1e-9 for a, b in itertools.pairwise(sent))
 
 
-def test_agent_settings_refuse_a_progress_report_interval_out_of_range() -> None:
+def test_agent_settings_refuse_intervals_out_of_range() -> None:
     base = {"node_id": "n1", "coordinators": ("127.0.0.1:1",), "data_dir": Path("/tmp/x")}
     assert AgentSettings(**base).progress_report_interval_s == DEFAULT_PROGRESS_REPORT_INTERVAL_S
     for bad in (0.0, -1.0, 3601.0):
         with pytest.raises(SettingsError, match="--progress-report-interval-s"):
             AgentSettings(**base, progress_report_interval_s=bad)
+    assert AgentSettings(**base).replication_linger_s == 0.1
+    for bad in (-0.1, 1.5):
+        with pytest.raises(SettingsError, match="--replication-linger-s"):
+            AgentSettings(**base, replication_linger_s=bad)
 
 
 def test_replication_ack_marks_the_checkpoint_replicated_and_reports_it() -> None:

@@ -200,6 +200,82 @@ async def test_per_task_fifo_order_and_batching() -> None:
     assert rep.backlog_records == 0
 
 
+# ---------------------------------------------------------------- linger
+
+
+async def test_lingering_items_share_one_round_trip_after_the_linger() -> None:
+    """local durability: nobody waits, so items wait up to linger_s for company."""
+    fake = FakeReplica()
+    rep = Replicator(fake, max_backlog=1000, linger_s=0.2)
+    await rep.start()
+    loop = asyncio.get_running_loop()
+    t0 = loop.time()
+    futures = [await rep.submit(item("a", (1,)), linger=True)]
+    await asyncio.sleep(0.05)
+    futures.append(await rep.submit(item("b", (1,)), linger=True))
+    futures.append(await rep.submit(item("a", (2,)), linger=True))
+    await asyncio.sleep(0.05)
+    assert fake.calls == []  # still lingering
+    results = await settle(futures)
+    took = loop.time() - t0
+    await rep.close(1)
+    assert {r.outcome for r in results} == {Outcome.OK}
+    assert len(fake.calls) == 1  # three items, one round trip
+    assert [(it.task_id, it.events[0].seq) for it in fake.calls[0]] == [
+        ("a", 1),
+        ("b", 1),
+        ("a", 2),
+    ]
+    assert 0.19 <= took < 1.0  # from the first item's submit, not the last's
+
+
+async def test_an_urgent_item_ships_the_lingering_ones_with_it_at_once() -> None:
+    fake = FakeReplica()
+    rep = Replicator(fake, max_backlog=1000, linger_s=5.0)
+    await rep.start()
+    lazy = await rep.submit(item("a", (1,)), linger=True)
+    await asyncio.sleep(0.02)
+    assert fake.calls == []
+    urgent = await rep.submit(item("b", (1,)))  # durability=replicated: its writer waits
+    async with asyncio.timeout(1.0):
+        await settle([lazy, urgent])
+    await rep.close(1)
+    assert [[it.task_id for it in call] for call in fake.calls] == [["a", "b"]]
+
+
+async def test_flush_and_close_ship_what_lingers_at_once() -> None:
+    fake = FakeReplica()
+    rep = Replicator(fake, max_backlog=1000, linger_s=5.0)
+    await rep.start()
+    first = await rep.submit(item("a", (1,)), linger=True)
+    await asyncio.sleep(0.02)
+    rep.flush()  # a task stops with flush (SIGTERM, drain, migrate)
+    async with asyncio.timeout(1.0):
+        await settle([first])
+    second = await rep.submit(item("a", (2,)), linger=True)  # lingers again
+    await asyncio.sleep(0.02)
+    assert len(fake.calls) == 1
+    async with asyncio.timeout(1.0):
+        await rep.close(2.0)
+    assert (await settle([second]))[0].outcome is Outcome.OK
+    assert [it.events[0].seq for it in fake.shipped("a")] == [1, 2]
+
+
+async def test_without_linger_an_item_ships_at_once() -> None:
+    fake = FakeReplica()
+    rep = Replicator(fake, max_backlog=1000)  # linger_s=0: the default of the class
+    await rep.start()
+    fut = await rep.submit(item("a", (1,)), linger=True)
+    async with asyncio.timeout(0.5):
+        await settle([fut])
+    await rep.close(1)
+
+
+def test_linger_out_of_range_is_refused() -> None:
+    with pytest.raises(ValueError, match="linger_s"):
+        Replicator(FakeReplica(), linger_s=-0.1)
+
+
 async def test_events_before_the_checkpoint_that_covers_them() -> None:
     fake = FakeReplica()
     rep = Replicator(fake, max_backlog=1000, max_batch_items=1)

@@ -101,7 +101,7 @@ class _Reporter:
     async def started(self, task_id: str, epoch: int, started: Any) -> None:
         self.started_.append(started)
 
-    async def progress(self, task_id: str, epoch: int, **fields: Any) -> None:
+    def progress(self, task_id: str, epoch: int, **fields: Any) -> None:
         pass
 
     async def finished(self, task_id: str, epoch: int, **fields: Any) -> None:
@@ -121,11 +121,16 @@ class _Replicator:
     def __init__(self) -> None:
         self.items: list[ReplicationItem] = []
 
-    async def submit(self, item: ReplicationItem) -> asyncio.Future[ReplicationResult]:
+    async def submit(
+        self, item: ReplicationItem, *, linger: bool = False
+    ) -> asyncio.Future[ReplicationResult]:
         self.items.append(item)
         fut: asyncio.Future[ReplicationResult] = asyncio.get_running_loop().create_future()
         fut.set_result(ReplicationResult(Outcome.OK, item.epoch))
         return fut
+
+    def flush(self) -> None:
+        pass
 
 
 class _Claims:
@@ -204,6 +209,43 @@ async def test_a_returned_handler_is_not_called_again_at_its_epoch(
         again = reporter.results[1]
         assert again["result"] == first
         assert again["final_checkpoint"].terminal
+        await runner.close()
+
+
+@pytest.mark.parametrize("durability", ["local", "replicated"])
+async def test_a_local_checkpoint_wakes_no_loop_and_waits_for_the_tick(
+    tmp_path: Path, durability: str
+) -> None:
+    """A sync handler's local-durability record joins the handoff queue; the
+    agent's tick (drain_handoff) submits it. A replicated one wakes the loop now."""
+    app = Agent("t")
+    go = threading.Event()
+
+    @app.task("k", durability=durability)
+    def handler(ctx: Any) -> None:
+        ctx.checkpoint({"step": 1})
+        go.wait(5)
+
+    with CheckpointStore(tmp_path / "s", durability="group") as store:
+        runner, _ = _runner(tmp_path, app, store)
+        replicator = runner.replicator
+        runner.start(_assign("t1", "k"))
+        async with asyncio.timeout(5):
+            while store.load_latest("t1") is None:
+                await asyncio.sleep(0.01)
+            if durability == "replicated":
+                while not replicator.items:  # type: ignore[attr-defined]
+                    await asyncio.sleep(0.01)
+            else:
+                await asyncio.sleep(0.2)
+                assert replicator.items == []  # type: ignore[attr-defined]
+                runner.drain_handoff()  # the agent's tick
+                while not replicator.items:  # type: ignore[attr-defined]
+                    await asyncio.sleep(0.01)
+        (shipped,) = replicator.items  # type: ignore[attr-defined]
+        assert shipped.checkpoint is not None
+        assert shipped.checkpoint.seq == 1
+        go.set()
         await runner.close()
 
 

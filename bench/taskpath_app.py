@@ -2,8 +2,9 @@
 
 Loaded by the bench's node agents (``--app taskpath_app:agent`` with ``bench/`` on
 ``PYTHONPATH``). Each task appends one JSON line to ``payload["out"]``: its
-start and end (monotonic and wall), the work it did, and the duration of every
-checkpoint call as the handler saw it.
+start and end (monotonic and wall), the work it did, the duration of every
+checkpoint call as the handler saw it, and every step's wall time (the work
+and its checkpoint).
 """
 
 from __future__ import annotations
@@ -34,7 +35,9 @@ def _run(ctx: Any, cpu: bool) -> dict[str, Any]:
     start = ctx.restored.state["i"] if ctx.restored and ctx.restored.state else 0
     t0, w0 = time.monotonic(), time.time()
     ckpt_s: list[float] = []
+    step_walls: list[float] = []
     for i in range(start, steps):
+        s0 = time.perf_counter()
         if cpu:
             _spin(step_s)
         else:
@@ -43,6 +46,7 @@ def _run(ctx: Any, cpu: bool) -> dict[str, Any]:
             c0 = time.perf_counter()
             ctx.checkpoint({"i": i + 1, "pad": "x" * 64})
             ckpt_s.append(time.perf_counter() - c0)
+        step_walls.append(time.perf_counter() - s0)
     t1 = time.monotonic()
     line = {
         "task": ctx.task_id,
@@ -54,6 +58,7 @@ def _run(ctx: Any, cpu: bool) -> dict[str, Any]:
         "start_wall": w0,
         "end_wall": time.time(),
         "ckpt_s": ckpt_s,
+        "step_walls": step_walls,
     }
     with open(p["out"], "a") as f:
         f.write(json.dumps(line) + "\n")

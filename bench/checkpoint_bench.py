@@ -76,6 +76,25 @@ How to read the async rows (`CheckpointStore.aio`, `node_agent/checkpoint/store.
   itself was not kept (writes other than a lone one stay off the loop). That
   puts this cell at 9x to 10x SqliteSaver here (runs on 2026-11-25: 34k-40k
   saves/s against 3.7k-4.1k), short of the 10x goal.
+* **Tried on 2026-11-25 and not kept** (interleaved A/B of the async 1 KiB
+  group 32-task cell, medians of 3-6 runs of 2 s; per batch of 32 the
+  instrumented writer spends ~200 us on ops and inserts and ~210 us in COMMIT,
+  the loop ~160 us on its turn, the two thread wake-ups ~45 us): batches of 16
+  out of a 32-save list, so one half's fsync overlaps the other's Python (29k
+  saves/s against 39k: the extra commit and wake-ups cost more than the
+  overlap gains), also with COMMIT at `synchronous=OFF` and the WAL's
+  fdatasync on a thread of its own (32k at 16, 28k at 8, and no gain with one
+  batch of 32); WAL checkpoints on a thread and connection of their own (no
+  gain; likely because commits made beside a checkpoint keep the WAL from
+  starting over, and an fdatasync of a growing file costs ~186 us here against
+  ~117 us when rewriting one; completing them on the writer still took ~3 ms);
+  WAL checkpoints every ~33 or ~150 pages (37k, 40k against 39.5k); 16 or 32
+  KiB pages (36k, 36k against 38k); a leaner save path (the writer's ops 8-19
+  us cheaper per batch of 32, the loop's closures 10-24 us dearer). With folds
+  switched off (keys never written; a test only) this cell ran 15 % faster
+  (40.4k against 35.1k), and 4096-row folds only 4 %: keying the rows (~1.2 us
+  a row in the fold's one statement) is the largest cost left beside the
+  fsync, and it is per row, not per fold.
 """
 
 PAYLOADS = {"1KiB": 1024, "256KiB": 256 * 1024}

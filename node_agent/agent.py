@@ -211,6 +211,7 @@ class NodeAgent:
             self.incarnation,
             fence_lead_s=settings.fence_lead_s,
             progress_report_interval_s=settings.progress_report_interval_s,
+            local_progress_report_interval_s=settings.local_progress_report_interval_s,
             unsafe_disable_self_fence=_unsafe_disable_self_fence(),
         )
         self._lock = asyncio.Lock()

@@ -965,7 +965,11 @@ class TaskRunner:
         )
         self._track(run, fut, outcome.seq)
         self.reporter.progress(
-            run.task_id, run.epoch, checkpoint=summary, journal_seq=run.journal_seq
+            run.task_id,
+            run.epoch,
+            checkpoint=summary,
+            journal_seq=run.journal_seq,
+            local=run.durability != "replicated",
         )
         # Acknowledged after the fence deadline: not a success of this owner.
         self._ensure(run, committing_result=terminal)
@@ -1195,7 +1199,11 @@ class TaskRunner:
         fut.add_done_callback(done)
         if h.summary is not None:
             self.reporter.progress(
-                run.task_id, run.epoch, checkpoint=h.summary, journal_seq=run.journal_seq
+                run.task_id,
+                run.epoch,
+                checkpoint=h.summary,
+                journal_seq=run.journal_seq,
+                local=h.linger,
             )
         elif h.journal_seq:
             self.reporter.progress(run.task_id, run.epoch, journal_seq=h.journal_seq)

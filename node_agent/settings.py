@@ -13,7 +13,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lazarus.tls import ClientTls
-from node_agent.core.core import DEFAULT_PROGRESS_REPORT_INTERVAL_S
+from node_agent.core.core import (
+    DEFAULT_LOCAL_PROGRESS_REPORT_INTERVAL_S,
+    DEFAULT_PROGRESS_REPORT_INTERVAL_S,
+)
 from node_agent.isolation import DEFAULT_WORKER_NICE
 from node_agent.replication import DEFAULT_REPLICATION_LINGER_S
 from node_agent.sdk import DurabilityName, IsolationName
@@ -91,7 +94,10 @@ class AgentSettings:
         fence_lead_s: the agent starts pausing its tasks this long before the
             fence deadline ``s + fence_after`` so the pause completes by then.
         progress_report_interval_s: least time between two reports of one task's
-            newest checkpoint to the leader (each is an etcd write), seconds (> 0).
+            newest checkpoint to the leader (each is an etcd write), seconds (> 0);
+            for ``replicated`` tasks, whose reports are the evidence that detects
+            Redis losing acknowledged data.
+        local_progress_report_interval_s: the same for ``local``-durability tasks.
         reconnect_max_backoff_s: cap of the jittered reconnect backoff.
         rpc_timeout_s: bound on connecting and on each unary call.
         tls: how to dial coordinators: the cluster CA, this node's certificate
@@ -118,6 +124,7 @@ class AgentSettings:
     metrics_listen: str = ""
     fence_lead_s: float = 0.5
     progress_report_interval_s: float = DEFAULT_PROGRESS_REPORT_INTERVAL_S
+    local_progress_report_interval_s: float = DEFAULT_LOCAL_PROGRESS_REPORT_INTERVAL_S
     reconnect_max_backoff_s: float = 2.0
     rpc_timeout_s: float = 5.0
     tls: ClientTls = field(default_factory=ClientTls)
@@ -154,10 +161,11 @@ class AgentSettings:
             raise SettingsError(
                 f"--replication-linger-s: must be in [0, 1], got {self.replication_linger_s}"
             )
-        if not 0 < self.progress_report_interval_s <= 3600:
-            raise SettingsError(
-                "--progress-report-interval-s: must be in (0, 3600], got "
-                f"{self.progress_report_interval_s}"
-            )
+        for flag, value in (
+            ("--progress-report-interval-s", self.progress_report_interval_s),
+            ("--local-progress-report-interval-s", self.local_progress_report_interval_s),
+        ):
+            if not 0 < value <= 3600:
+                raise SettingsError(f"{flag}: must be in (0, 3600], got {value}")
         if not self.redis_url.startswith(("redis://", "rediss://", "unix://")):
             raise SettingsError(f"--redis-url: {self.redis_url!r} is not redis://host:port/db")

@@ -548,9 +548,17 @@ def node_agent_command(
         float,
         typer.Option(
             envvar="LAZARUS_PROGRESS_REPORT_INTERVAL_S",
-            help="Report a task's newest checkpoint to the leader at most this often, "
-            "seconds: what `lazarus tasks` shows. Each report is an etcd write; recovery "
-            "never waits for one (it resumes from Redis or the local store).",
+            help="Report a replicated task's newest checkpoint to the leader at most this "
+            "often, seconds: what `lazarus tasks` shows, and the evidence that detects Redis "
+            "losing acknowledged checkpoints. Each report is an etcd write.",
+        ),
+    ] = 1.0,
+    local_progress_report_interval_s: Annotated[
+        float,
+        typer.Option(
+            envvar="LAZARUS_LOCAL_PROGRESS_REPORT_INTERVAL_S",
+            help="The same for tasks with local durability (their checkpoints promise "
+            "nothing of Redis): fewer etcd writes and less CPU per checkpoint.",
         ),
     ] = 5.0,
     tls_ca_file: TlsCaOption = "",
@@ -605,6 +613,7 @@ def node_agent_command(
             metrics_listen=metrics_listen,
             fence_lead_s=fence_lead_s,
             progress_report_interval_s=progress_report_interval_s,
+            local_progress_report_interval_s=local_progress_report_interval_s,
             tls=ClientTls(tls_ca_file, tls_cert_file, tls_key_file, tls_server_name),
         )
     except (SettingsError, ValueError) as exc:

@@ -33,7 +33,8 @@ Session and names where to go.
 Failed and Released are kept until the leader acks them and are sent again
 after a reconnect; an ack of a terminal update forgets the task locally.
 Checkpointed updates are coalesced per task to one per
-``progress_report_interval_s``: the leader writes each to etcd.
+``progress_report_interval_s`` (``local_progress_report_interval_s`` for
+``local``-durability tasks): the leader writes each to etcd.
 
 **What the leader assumes of us** (``coordinator.core.core``): a self-fenced
 agent closes its Session and starts nothing until a new Welcome; every
@@ -80,6 +81,7 @@ from .records import (
 )
 
 __all__ = [
+    "DEFAULT_LOCAL_PROGRESS_REPORT_INTERVAL_S",
     "DEFAULT_PROGRESS_REPORT_INTERVAL_S",
     "AgentCore",
     "CloseSession",
@@ -400,6 +402,7 @@ class _Slot:
     progress: _Progress = field(default_factory=_Progress)
     checkpoint: CheckpointSummary | None = None
     report_due: bool = False
+    local: bool = False  # durability="local": reported at the local interval
     forget_on_stop: bool = False
     lost_to_epoch: int = 0  # the epoch that superseded ours (revoke / Redis refusal)
     lost_to_owner: str = ""
@@ -409,16 +412,25 @@ class _Slot:
         return TaskMeta(self.epoch, self.attempt, self.kind, self.state.value, self.update)
 
 
-DEFAULT_PROGRESS_REPORT_INTERVAL_S = 5.0
+DEFAULT_PROGRESS_REPORT_INTERVAL_S = 1.0
 """Least time between two Checkpointed updates of one task, seconds.
 
-Each update is one etcd write by the leader (the task's newest checkpoint, what
-``lazarus tasks`` shows). Recovery never waits on it: a new owner resumes from
-Redis or its local store, and heartbeats carry every held task's progress. At
-1 s, on a 2-core machine running CPU-bound handlers, these updates cost the
-leader and etcd about 0.6 ms of CPU per checkpoint, taken out of the handlers'
-cores; at 5 s, too little to measure (``bench/taskpath_bench.py``). A fleet of
-N checkpointing tasks costs etcd N / interval writes per second.
+Each update is one etcd write by the leader: the task's newest checkpoint (what
+``lazarus tasks`` shows) and the newest one Redis acknowledged. That record is
+the evidence a new owner's restore is judged by: resuming below it means Redis
+lost acknowledged data (``core/redisloss.py``), reported as DATA_LOSS instead of
+silently redoing work. Hence 1 s for tasks whose checkpoints are promised
+replicated (``durability="replicated"``).
+"""
+
+DEFAULT_LOCAL_PROGRESS_REPORT_INTERVAL_S = 5.0
+"""As :data:`DEFAULT_PROGRESS_REPORT_INTERVAL_S`, for ``durability="local"`` tasks.
+
+Their checkpoints promise nothing of Redis, so the leader's record of them is
+for display; at 1 s, on a 2-core machine running CPU-bound handlers, these
+updates cost the leader and etcd about 0.6 ms of CPU per checkpoint, taken out
+of the handlers' cores (``bench/taskpath_bench.py``). A fleet of N
+checkpointing tasks costs etcd about N / interval writes per second.
 """
 
 
@@ -431,6 +443,8 @@ class AgentCore:
         fence_lead_s: start pausing this long before the fence deadline, seconds.
         progress_report_interval_s: least time between two Checkpointed updates of
             a task, seconds (default :data:`DEFAULT_PROGRESS_REPORT_INTERVAL_S`).
+        local_progress_report_interval_s: the same for tasks the runner marked
+            ``local`` (default :data:`DEFAULT_LOCAL_PROGRESS_REPORT_INTERVAL_S`).
         unsafe_disable_self_fence: never self-fence (UNSAFE: a cut-off agent keeps
             running tasks the leader moves), neither in the tick nor in the
             handler's ownership check. Only for the drills' mutation test,
@@ -444,6 +458,7 @@ class AgentCore:
         *,
         fence_lead_s: float = 0.5,
         progress_report_interval_s: float = DEFAULT_PROGRESS_REPORT_INTERVAL_S,
+        local_progress_report_interval_s: float = DEFAULT_LOCAL_PROGRESS_REPORT_INTERVAL_S,
         unsafe_disable_self_fence: bool = False,
     ) -> None:
         if not node_id:
@@ -455,6 +470,7 @@ class AgentCore:
         self.fence_lead_s = fence_lead_s
         self.unsafe_disable_self_fence = unsafe_disable_self_fence
         self.progress_report_interval_s = progress_report_interval_s
+        self.local_progress_report_interval_s = local_progress_report_interval_s
         self._slots: dict[str, _Slot] = {}
         self._session = SessionState.IDLE
         self._interval_s = 0.5
@@ -468,6 +484,7 @@ class AgentCore:
         self._update_seq = 0
         self._updates: dict[int, str] = {}  # update_seq -> task_id of terminal updates
         self._next_report_s = 0.0
+        self._next_local_report_s = 0.0
         self._fenced_deadline_s: float | None = None  # the deadline of the newest fence
         self._shutting_down = False
         self._forks: dict[str, LineageReport] = {}  # fork id -> report, until the leader acks it
@@ -714,9 +731,16 @@ class AgentCore:
             self._unacked[self._hb_seq] = now
             self._next_hb_s = now + self._interval_s
             out.append(Send(hb))
-        if now >= self._next_report_s:
+        due = now >= self._next_report_s
+        due_local = now >= self._next_local_report_s
+        if due:
             self._next_report_s = now + self.progress_report_interval_s
+        if due_local:
+            self._next_local_report_s = now + self.local_progress_report_interval_s
+        if due or due_local:
             for slot in sorted(self._slots.values(), key=lambda s: s.task_id):
+                if not (due_local if slot.local else due):
+                    continue
                 if slot.report_due and slot.state is SlotState.RUNNING and slot.checkpoint:
                     slot.report_due = False
                     update = TaskUpdate(
@@ -925,11 +949,18 @@ class AgentCore:
         replicated_journal_seq: int | None = None,
         ratio: float | None = None,
         message: str | None = None,
+        local: bool | None = None,
     ) -> list[Command]:
-        """The handler checkpointed, recorded, replicated or reported progress."""
+        """The handler checkpointed, recorded, replicated or reported progress.
+
+        ``local`` (sticky): the task's checkpoints promise nothing of Redis, so
+        its Checkpointed updates go at ``local_progress_report_interval_s``.
+        """
         slot = self._slots.get(task_id)
         if slot is None or slot.epoch != epoch:
             return []
+        if local is not None:
+            slot.local = local
         p = slot.progress
         if checkpoint is not None and checkpoint.seq >= p.checkpoint_seq:
             slot.checkpoint = checkpoint

@@ -51,7 +51,10 @@ from node_agent.core import (
     ready_batch,
 )
 from node_agent.core import records as rec
-from node_agent.core.core import DEFAULT_PROGRESS_REPORT_INTERVAL_S
+from node_agent.core.core import (
+    DEFAULT_LOCAL_PROGRESS_REPORT_INTERVAL_S,
+    DEFAULT_PROGRESS_REPORT_INTERVAL_S,
+)
 from node_agent.settings import AgentSettings, SettingsError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -771,22 +774,30 @@ def test_checkpointed_updates_are_coalesced_per_task() -> None:
     assert [u.task_id for u in updates(d.tick())] == []
 
 
-def test_by_default_a_task_is_reported_at_most_once_per_five_seconds() -> None:
-    """Each report is an etcd write by the leader: the default keeps N
-    checkpointing tasks at N / 5 writes per second, whatever their rate."""
-    assert DEFAULT_PROGRESS_REPORT_INTERVAL_S == 5.0
+def test_by_default_replicated_tasks_report_every_second_local_ones_every_five() -> None:
+    """Each report is an etcd write by the leader. A replicated task's report is
+    the evidence that detects Redis losing acknowledged checkpoints (1 s); a
+    local task's is for display (5 s), whatever the checkpoint rate."""
+    assert DEFAULT_PROGRESS_REPORT_INTERVAL_S == 1.0
+    assert DEFAULT_LOCAL_PROGRESS_REPORT_INTERVAL_S == 5.0
     d = Driver(AgentCore("node-1", "inc-1", fence_lead_s=LEAD_S))
     d.ack_all(d.connect())
-    d.run("t1", 1)
-    sent: list[float] = []
-    for i in range(1, 401):  # 20 s, a checkpoint at every 50 ms tick
+    d.run("rep", 1)
+    d.run("loc", 1)
+    sent: dict[str, list[float]] = {"rep": [], "loc": []}
+    for i in range(1, 401):  # 20 s, a checkpoint of each at every 50 ms tick
         d.at(round(i * 0.05, 6))
-        d.core.task_progress("t1", 1, checkpoint=ckpt("t1", 1, i), journal_seq=i)
+        d.core.task_progress("rep", 1, checkpoint=ckpt("rep", 1, i), local=False)
+        d.core.task_progress("loc", 1, checkpoint=ckpt("loc", 1, i), local=True)
         out = d.tick()
         d.ack_all(out)
-        sent += [d.now for u in updates(out) if change(u) == "checkpointed"]
-    assert 3 <= len(sent) <= 5
-    assert all(b - a >= 5.0 - 1e-9 for a, b in itertools.pairwise(sent))
+        for u in updates(out):
+            if change(u) == "checkpointed":
+                sent[u.task_id].append(d.now)
+    assert 18 <= len(sent["rep"]) <= 21
+    assert 3 <= len(sent["loc"]) <= 5
+    assert all(b - a >= 5.0 - 1e-9 for a, b in itertools.pairwise(sent["loc"]))
+    assert all(b - a >= 1.0 - 1e-9 for a, b in itertools.pairwise(sent["rep"]))
 
 
 def test_agent_settings_refuse_intervals_out_of_range() -> None:
@@ -795,6 +806,8 @@ def test_agent_settings_refuse_intervals_out_of_range() -> None:
     for bad in (0.0, -1.0, 3601.0):
         with pytest.raises(SettingsError, match="--progress-report-interval-s"):
             AgentSettings(**base, progress_report_interval_s=bad)
+        with pytest.raises(SettingsError, match="--local-progress-report-interval-s"):
+            AgentSettings(**base, local_progress_report_interval_s=bad)
     assert AgentSettings(**base).replication_linger_s == 0.1
     for bad in (-0.1, 1.5):
         with pytest.raises(SettingsError, match="--replication-linger-s"):

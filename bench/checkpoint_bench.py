@@ -74,8 +74,8 @@ How to read the async rows (`CheckpointStore.aio`, `node_agent/checkpoint/store.
   cannot overlap under the GIL, and in this closed loop (every task awaits its
   save) nothing is left to run during the fsync; running the batch on the loop
   itself was not kept (writes other than a lone one stay off the loop). That
-  puts this cell at 9x to 10x SqliteSaver here (runs on 2026-11-25: 34k-40k
-  saves/s against 3.7k-4.1k), short of the 10x goal.
+  puts this cell at 9x to 10x SqliteSaver here (runs on 2026-11-25: 32k-40k
+  saves/s against 3.6k-4.1k), short of the 10x goal.
 * **Tried on 2026-11-25 and not kept** (interleaved A/B of the async 1 KiB
   group 32-task cell, medians of 3-6 runs of 2 s; per batch of 32 the
   instrumented writer spends ~200 us on ops and inserts and ~210 us in COMMIT,

@@ -193,6 +193,11 @@ class _Run:
     data_loss: DataLoss | None = None  # the acknowledged state was found nowhere
     reshipping: bool = False  # a re-ship after Redis lost data is queued
 
+    @property
+    def local(self) -> bool:
+        """Its checkpoints promise nothing of Redis: records may linger, reports are sparse."""
+        return self.durability != "replicated"
+
 
 @dataclass(eq=False, slots=True)
 class _Handoff:
@@ -205,7 +210,6 @@ class _Handoff:
     summary: records_pb2.CheckpointSummary | None
     t_sent: float
     out: concurrent.futures.Future[tuple[ReplicationResult, float]]
-    linger: bool
 
 
 class _Host:
@@ -961,7 +965,7 @@ class TaskRunner:
         run.checkpoint = summary
         fut = await self.replicator.submit(
             ReplicationItem(run.task_id, run.epoch, self.node_id, checkpoint=record),
-            linger=run.durability != "replicated",
+            linger=run.local,
         )
         self._track(run, fut, outcome.seq)
         self.reporter.progress(
@@ -969,7 +973,7 @@ class TaskRunner:
             run.epoch,
             checkpoint=summary,
             journal_seq=run.journal_seq,
-            local=run.durability != "replicated",
+            local=run.local,
         )
         # Acknowledged after the fence deadline: not a success of this owner.
         self._ensure(run, committing_result=terminal)
@@ -1129,11 +1133,10 @@ class TaskRunner:
         )
         run.shipping.add(out)
         out.add_done_callback(run.shipping.discard)
-        linger = run.durability != "replicated"
-        handoff = _Handoff(run, item, ckpt_seq, journal_seq, summary, t_sent, out, linger)
+        handoff = _Handoff(run, item, ckpt_seq, journal_seq, summary, t_sent, out)
         with self._handoff_lock:
             self._handoff.append(handoff)
-            wake = not linger and not self._draining
+            wake = not run.local and not self._draining
             if wake:
                 self._draining = True
         if wake:
@@ -1164,20 +1167,16 @@ class TaskRunner:
             except BaseException:
                 with self._handoff_lock:
                     self._draining = False
-                if self._handoff:
-                    self._loop_soon(self.drain_handoff)
+                if self._handoff and self._loop is not None:
+                    self._loop.call_soon(self.drain_handoff)
                 raise
-
-    def _loop_soon(self, fn: Any) -> None:
-        if self._loop is not None:
-            self._loop.call_soon(fn)
 
     async def _submit_handoff(self, h: _Handoff) -> None:
         run = h.run
         t_loop = time.monotonic()
         self._hop["handoff"].observe(t_loop - h.t_sent)
         try:
-            fut = await self.replicator.submit(h.item, linger=h.linger)
+            fut = await self.replicator.submit(h.item, linger=run.local)
         except Exception as exc:
             h.out.set_exception(exc)
             return
@@ -1203,7 +1202,7 @@ class TaskRunner:
                 run.epoch,
                 checkpoint=h.summary,
                 journal_seq=run.journal_seq,
-                local=h.linger,
+                local=run.local,
             )
         elif h.journal_seq:
             self.reporter.progress(run.task_id, run.epoch, journal_seq=h.journal_seq)
@@ -1239,7 +1238,7 @@ class TaskRunner:
                 self.node_id,
                 events=(self._event_record(run, seq, run.epoch, payload, _wall_ms()),),
             ),
-            linger=run.durability != "replicated",
+            linger=run.local,
         )
         self._track(run, fut, 0, journal_seq=seq)
         self._ensure(run)

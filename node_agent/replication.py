@@ -328,8 +328,10 @@ class Replicator:
     # -- sending
 
     def flush(self) -> None:
-        """Ship every item queued now without waiting out its linger."""
-        if self._queue and not self._flush_all:
+        """Ship what is queued, and what is submitted before the next round trip,
+        without waiting out its linger (a stop may flush just before its last
+        records are submitted)."""
+        if not self._flush_all:
             self._flush_all = True
             self._wake()
 

@@ -261,6 +261,19 @@ async def test_flush_and_close_ship_what_lingers_at_once() -> None:
     assert [it.events[0].seq for it in fake.shipped("a")] == [1, 2]
 
 
+async def test_a_flush_before_the_last_records_are_submitted_still_covers_them() -> None:
+    """A stop flushes, then its handler thread's last records reach the queue."""
+    fake = FakeReplica()
+    rep = Replicator(fake, max_backlog=1000, linger_s=5.0)
+    await rep.start()
+    rep.flush()
+    await asyncio.sleep(0.01)
+    late = await rep.submit(item("a", (1,)), linger=True)
+    async with asyncio.timeout(1.0):
+        await settle([late])
+    await rep.close(1)
+
+
 async def test_without_linger_an_item_ships_at_once() -> None:
     fake = FakeReplica()
     rep = Replicator(fake, max_backlog=1000)  # linger_s=0: the default of the class

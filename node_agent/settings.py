@@ -89,7 +89,7 @@ class AgentSettings:
         replication_backlog: replication queue bound, records (>= 16).
         replication_linger_s: how long a record of a task with ``local``
             durability may wait for others to share its Redis round trip,
-            seconds (0..1; 0 ships each at once). ``replicated`` never waits.
+            seconds (0..1, default 0.5; 0 ships each at once). ``replicated`` never waits.
         metrics_listen: Prometheus ``/metrics`` host:port ("" disables).
         fence_lead_s: the agent starts pausing its tasks this long before the
             fence deadline ``s + fence_after`` so the pause completes by then.

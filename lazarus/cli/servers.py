@@ -527,9 +527,10 @@ def node_agent_command(
             max=1.0,
             help="How long a record of a task with local durability may wait for others "
             "to share its Redis round trip, seconds: less CPU per checkpoint, a Redis copy "
-            "that lags by at most this much more. Replicated durability never waits.",
+            "that lags by at most this much more after a node loss. Replicated durability "
+            "never waits.",
         ),
-    ] = 0.1,
+    ] = 0.5,
     metrics_listen: Annotated[
         str,
         typer.Option(

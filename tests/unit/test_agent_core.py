@@ -808,7 +808,7 @@ def test_agent_settings_refuse_intervals_out_of_range() -> None:
             AgentSettings(**base, progress_report_interval_s=bad)
         with pytest.raises(SettingsError, match="--local-progress-report-interval-s"):
             AgentSettings(**base, local_progress_report_interval_s=bad)
-    assert AgentSettings(**base).replication_linger_s == 0.1
+    assert AgentSettings(**base).replication_linger_s == 0.5
     for bad in (-0.1, 1.5):
         with pytest.raises(SettingsError, match="--replication-linger-s"):
             AgentSettings(**base, replication_linger_s=bad)

@@ -294,6 +294,7 @@ class Replicator:
                     await self._changed.wait()
                 finally:
                     self._blocked -= 1
+            was_empty = not self._queue
             entry = _Entry(item, [future], self._clock(), urgent=not linger)
             for i in merge_ids:
                 old = self._remove(i)
@@ -305,7 +306,18 @@ class Replicator:
             self._queue[entry_id] = entry
             self._by_task.setdefault(item.task_id, []).append(entry_id)
             self._backlog += item.records
-            self._changed.notify_all()
+            # Wake the sender only when this item moves its deadline: an urgent
+            # item, the first one, a full batch, a blocked submitter (a merge
+            # may have freed room). A lingering item joining a lingering queue
+            # keeps the oldest entry's deadline: waking for it would cost the
+            # loop a task step per checkpoint for nothing.
+            if (
+                not linger
+                or was_empty
+                or self._blocked
+                or len(self._queue) >= self._max_batch_items
+            ):
+                self._changed.notify_all()
         return future
 
     def _mergeable(self, item: ReplicationItem) -> list[int]:

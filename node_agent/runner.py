@@ -210,6 +210,7 @@ class _Handoff:
     summary: records_pb2.CheckpointSummary | None
     t_sent: float
     out: concurrent.futures.Future[tuple[ReplicationResult, float]]
+    linger: bool  # may wait for company on its way to Redis (see TaskRunner._ship)
 
 
 class _Host:
@@ -965,7 +966,7 @@ class TaskRunner:
         run.checkpoint = summary
         fut = await self.replicator.submit(
             ReplicationItem(run.task_id, run.epoch, self.node_id, checkpoint=record),
-            linger=run.local,
+            linger=run.local and not terminal,  # a result never lingers (see _ship)
         )
         self._track(run, fut, outcome.seq)
         self.reporter.progress(
@@ -1068,7 +1069,9 @@ class TaskRunner:
         )
         run.checkpoint = summary
         item = ReplicationItem(run.task_id, run.epoch, self.node_id, checkpoint=record)
-        fut = self._ship(run, item, outcome.seq, 0, summary=summary, t_sent=t1)
+        fut = self._ship(
+            run, item, outcome.seq, 0, summary=summary, t_sent=t1, linger=run.local and not result
+        )
         self._ensure(run, committing_result=result)
         if run.durability == "replicated":
             self._wait_replicated(run, fut)
@@ -1095,7 +1098,9 @@ class TaskRunner:
         run.journal_seq = seq
         record = self._event_record(run, seq, run.epoch, payload, _wall_ms())
         item = ReplicationItem(run.task_id, run.epoch, self.node_id, events=(record,))
-        fut = self._ship(run, item, 0, seq, summary=None, t_sent=time.monotonic())
+        fut = self._ship(
+            run, item, 0, seq, summary=None, t_sent=time.monotonic(), linger=run.local
+        )
         self._ensure(run)
         if run.durability == "replicated":
             self._wait_replicated(run, fut)
@@ -1117,13 +1122,18 @@ class TaskRunner:
         *,
         summary: records_pb2.CheckpointSummary | None,
         t_sent: float,
+        linger: bool,
     ) -> concurrent.futures.Future[tuple[ReplicationResult, float]]:
         """Hand a committed record to the event loop (from a handler thread).
 
-        A record of a ``replicated`` task wakes the loop now (its handler waits
-        for Redis). A ``local`` one only joins the queue the loop drains at its
-        next tick (``drain_handoff``, every 50 ms) and then lingers in the
-        replicator: no thread wake-up and no round trip of its own per checkpoint.
+        A record that may not ``linger`` wakes the loop now: every record of a
+        ``replicated`` task (its handler waits for Redis) and a task's result
+        (its terminal checkpoint: a new owner that finds it in Redis completes
+        the task without calling the handler again, so it must not wait out a
+        linger while its agent may be lost). Any other record of a ``local``
+        task only joins the queue the loop drains at its next tick
+        (``drain_handoff``, every 50 ms) and then lingers in the replicator:
+        no thread wake-up and no round trip of its own per checkpoint.
 
         Returns:
             A future of (Redis's answer, monotonic time the loop saw it).
@@ -1133,10 +1143,10 @@ class TaskRunner:
         )
         run.shipping.add(out)
         out.add_done_callback(run.shipping.discard)
-        handoff = _Handoff(run, item, ckpt_seq, journal_seq, summary, t_sent, out)
+        handoff = _Handoff(run, item, ckpt_seq, journal_seq, summary, t_sent, out, linger)
         with self._handoff_lock:
             self._handoff.append(handoff)
-            wake = not run.local and not self._draining
+            wake = not linger and not self._draining
             if wake:
                 self._draining = True
         if wake:
@@ -1176,7 +1186,7 @@ class TaskRunner:
         t_loop = time.monotonic()
         self._hop["handoff"].observe(t_loop - h.t_sent)
         try:
-            fut = await self.replicator.submit(h.item, linger=run.local)
+            fut = await self.replicator.submit(h.item, linger=h.linger)
         except Exception as exc:
             h.out.set_exception(exc)
             return

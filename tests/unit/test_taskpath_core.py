@@ -120,11 +120,13 @@ class _Replicator:
 
     def __init__(self) -> None:
         self.items: list[ReplicationItem] = []
+        self.lingered: list[bool] = []  # the linger flag of each item, in order
 
     async def submit(
         self, item: ReplicationItem, *, linger: bool = False
     ) -> asyncio.Future[ReplicationResult]:
         self.items.append(item)
+        self.lingered.append(linger)
         fut: asyncio.Future[ReplicationResult] = asyncio.get_running_loop().create_future()
         fut.set_result(ReplicationResult(Outcome.OK, item.epoch))
         return fut
@@ -246,6 +248,48 @@ async def test_a_local_checkpoint_wakes_no_loop_and_waits_for_the_tick(
         assert shipped.checkpoint is not None
         assert shipped.checkpoint.seq == 1
         go.set()
+        await runner.close()
+
+
+@pytest.mark.parametrize("sync", [True, False])
+async def test_a_local_tasks_result_ships_at_once_and_never_lingers(
+    tmp_path: Path, sync: bool
+) -> None:
+    """A result is the terminal checkpoint a new owner completes from without
+    calling the handler: it must reach Redis now, not after the tick and the
+    linger, even when the task's other records may wait (durability local)."""
+    app = Agent("t")
+    if sync:
+
+        @app.task("k", durability="local")
+        def handler(ctx: Any) -> dict[str, int]:
+            ctx.checkpoint({"step": 1})
+            return {"answer": 42}
+
+    else:
+
+        @app.task("k", durability="local")
+        async def ahandler(ctx: TaskContext) -> dict[str, int]:
+            await ctx.checkpoint({"step": 1})
+            return {"answer": 42}
+
+    with CheckpointStore(tmp_path / "s", durability="group") as store:
+        runner, reporter = _runner(tmp_path, app, store)
+        replicator = runner.replicator
+        runner.start(_assign("t1", "k"))
+        # No drain_handoff() here: the agent's tick never runs in this test.
+        async with asyncio.timeout(5):
+            while not any(
+                i.checkpoint is not None and i.checkpoint.terminal
+                for i in replicator.items  # type: ignore[attr-defined]
+            ):
+                await asyncio.sleep(0.01)
+        seqs = [i.checkpoint.seq for i in replicator.items]  # type: ignore[attr-defined]
+        terminal = [i.checkpoint.terminal for i in replicator.items]  # type: ignore[attr-defined]
+        assert seqs == [1, 2], "the step's record went first, in order, with the result"
+        assert terminal == [False, True]
+        assert replicator.lingered == [True, False]  # type: ignore[attr-defined]
+        await asyncio.wait_for(reporter.done.wait(), 5)
         await runner.close()
 
 

@@ -1098,9 +1098,7 @@ class TaskRunner:
         run.journal_seq = seq
         record = self._event_record(run, seq, run.epoch, payload, _wall_ms())
         item = ReplicationItem(run.task_id, run.epoch, self.node_id, events=(record,))
-        fut = self._ship(
-            run, item, 0, seq, summary=None, t_sent=time.monotonic(), linger=run.local
-        )
+        fut = self._ship(run, item, 0, seq, summary=None, t_sent=time.monotonic(), linger=run.local)
         self._ensure(run)
         if run.durability == "replicated":
             self._wait_replicated(run, fut)

@@ -1422,9 +1422,12 @@ class TaskRunner:
                 self.stop_grace_s,
             )
             await asyncio.to_thread(self._workers.discard, worker)
-        if flush:
-            self.drain_handoff()  # ship what lingers (local durability) at once
-            self.replicator.flush()
+        # Ship what lingers (local durability) at once, on every stop: a fenced
+        # or revoked owner's last records reach Redis before a new owner's
+        # claim (which refuses them after) as soon as they can. Only a stop
+        # with ``flush`` waits for them.
+        self.drain_handoff()
+        self.replicator.flush()
         if run.shipping:  # records a handler thread committed, not yet handed to Redis
             await asyncio.wait(
                 [asyncio.wrap_future(f) for f in list(run.shipping)],

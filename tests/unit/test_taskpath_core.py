@@ -132,7 +132,7 @@ class _Replicator:
         return fut
 
     def flush(self) -> None:
-        pass
+        self.flushes = getattr(self, "flushes", 0) + 1
 
 
 class _Claims:
@@ -290,6 +290,35 @@ async def test_a_local_tasks_result_ships_at_once_and_never_lingers(
         assert terminal == [False, True]
         assert replicator.lingered == [True, False]  # type: ignore[attr-defined]
         await asyncio.wait_for(reporter.done.wait(), 5)
+        await runner.close()
+
+
+async def test_a_stop_without_flush_still_ships_what_lingers_at_once(tmp_path: Path) -> None:
+    """A fenced (or revoked) owner's lingering local records head for Redis at
+    the stop, not a tick and a linger later: sooner there, before a new owner's
+    claim refuses them. The stop does not wait for them (no ``flush``)."""
+    app = Agent("t")
+    go = threading.Event()
+
+    @app.task("k", durability="local")
+    def handler(ctx: Any) -> None:
+        ctx.checkpoint({"step": 1})
+        go.wait(5)
+
+    with CheckpointStore(tmp_path / "s", durability="group") as store:
+        runner, _ = _runner(tmp_path, app, store)
+        replicator = runner.replicator
+        runner.start(_assign("t1", "k"))
+        async with asyncio.timeout(5):
+            while store.load_latest("t1") is None:
+                await asyncio.sleep(0.01)
+        assert replicator.items == []  # type: ignore[attr-defined]  # waits for the tick
+        await asyncio.wait_for(runner.stop("t1", 1, flush=False), 5)  # the handler ignores it
+        (shipped,) = replicator.items  # type: ignore[attr-defined]
+        assert shipped.checkpoint is not None
+        assert shipped.checkpoint.seq == 1
+        assert getattr(replicator, "flushes", 0) >= 1
+        go.set()
         await runner.close()
 
 

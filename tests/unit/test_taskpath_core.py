@@ -33,6 +33,7 @@ from node_agent.replication import Outcome, ReplicationItem, ReplicationResult
 from node_agent.runner import RESULT_LABEL, TaskRunner
 from node_agent.sdk import (
     Agent,
+    DurabilityName,
     FencingToken,
     OwnershipLapsed,
     Restored,
@@ -214,27 +215,37 @@ async def test_a_returned_handler_is_not_called_again_at_its_epoch(
         await runner.close()
 
 
-@pytest.mark.parametrize("durability", ["local", "replicated"])
-async def test_a_local_checkpoint_wakes_no_loop_and_waits_for_the_tick(
-    tmp_path: Path, durability: str
-) -> None:
-    """A sync handler's local-durability record joins the handoff queue; the
-    agent's tick (drain_handoff) submits it. A replicated one wakes the loop now."""
+def _checkpoint_then_block(durability: DurabilityName, go: threading.Event) -> Agent:
+    """An app whose sync handler (kind "k") checkpoints once, then waits for ``go``."""
     app = Agent("t")
-    go = threading.Event()
 
     @app.task("k", durability=durability)
     def handler(ctx: Any) -> None:
         ctx.checkpoint({"step": 1})
         go.wait(5)
 
+    return app
+
+
+async def _committed(store: CheckpointStore, task_id: str) -> None:
+    """Wait until the task's first checkpoint is in the local store."""
+    while store.load_latest(task_id) is None:
+        await asyncio.sleep(0.01)
+
+
+@pytest.mark.parametrize("durability", ["local", "replicated"])
+async def test_a_local_checkpoint_wakes_no_loop_and_waits_for_the_tick(
+    tmp_path: Path, durability: DurabilityName
+) -> None:
+    """A sync handler's local-durability record joins the handoff queue; the
+    agent's tick (drain_handoff) submits it. A replicated one wakes the loop now."""
+    go = threading.Event()
     with CheckpointStore(tmp_path / "s", durability="group") as store:
-        runner, _ = _runner(tmp_path, app, store)
+        runner, _ = _runner(tmp_path, _checkpoint_then_block(durability, go), store)
         replicator = runner.replicator
         runner.start(_assign("t1", "k"))
         async with asyncio.timeout(5):
-            while store.load_latest("t1") is None:
-                await asyncio.sleep(0.01)
+            await _committed(store, "t1")
             if durability == "replicated":
                 while not replicator.items:  # type: ignore[attr-defined]
                     await asyncio.sleep(0.01)
@@ -297,21 +308,12 @@ async def test_a_stop_without_flush_still_ships_what_lingers_at_once(tmp_path: P
     """A fenced (or revoked) owner's lingering local records head for Redis at
     the stop, not a tick and a linger later: sooner there, before a new owner's
     claim refuses them. The stop does not wait for them (no ``flush``)."""
-    app = Agent("t")
     go = threading.Event()
-
-    @app.task("k", durability="local")
-    def handler(ctx: Any) -> None:
-        ctx.checkpoint({"step": 1})
-        go.wait(5)
-
     with CheckpointStore(tmp_path / "s", durability="group") as store:
-        runner, _ = _runner(tmp_path, app, store)
+        runner, _ = _runner(tmp_path, _checkpoint_then_block("local", go), store)
         replicator = runner.replicator
         runner.start(_assign("t1", "k"))
-        async with asyncio.timeout(5):
-            while store.load_latest("t1") is None:
-                await asyncio.sleep(0.01)
+        await asyncio.wait_for(_committed(store, "t1"), 5)
         assert replicator.items == []  # type: ignore[attr-defined]  # waits for the tick
         await asyncio.wait_for(runner.stop("t1", 1, flush=False), 5)  # the handler ignores it
         (shipped,) = replicator.items  # type: ignore[attr-defined]

@@ -36,6 +36,7 @@ import contextlib
 import http.client
 import json
 import os
+import random
 import shutil
 import signal
 import socket
@@ -102,12 +103,31 @@ class Endpoint:
         return f"{self.host}:{self.port}"
 
 
+def _ephemeral_port_range() -> tuple[int, int]:
+    """The kernel's range for outgoing connections' local ports (Linux; else its default)."""
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
+# Ports picked outside the ephemeral range: an outgoing connection (any
+# process's) never takes one between our pick and the server's bind. A pick
+# from the kernel (bind to port 0) came from that range, and a CI run once lost
+# a coordinator's token port that way ("Address already in use").
+_PICK_LOW = 15000
+
+
 def free_loopback_ports(count: int) -> list[int]:
     """Pick distinct TCP ports that are free on 127.0.0.1 right now.
 
-    All sockets are held open until every port is picked, so the ports are
-    distinct; they are closed before returning, so another process may still
-    take one before the caller binds it (``start()`` retries on that).
+    Ports are drawn at random below the kernel's ephemeral range (from
+    ``ip_local_port_range``), where no outgoing connection takes one before
+    the caller binds it; if that range is too small, the kernel picks. All
+    sockets are held open until every port is picked, so the ports are
+    distinct; they are closed before returning, so another server may still
+    bind one first (``start()`` retries on that).
 
     Args:
         count: how many ports, >= 1.
@@ -115,11 +135,23 @@ def free_loopback_ports(count: int) -> list[int]:
     Returns:
         ``count`` distinct port numbers.
     """
+    low, _ = _ephemeral_port_range()
+    rng = random.SystemRandom()
     with contextlib.ExitStack() as stack:
         ports: list[int] = []
         for _ in range(count):
             sock = stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
-            sock.bind((LOOPBACK_HOST, 0))
+            for _ in range(64 if low - _PICK_LOW >= 1024 else 0):
+                port = rng.randrange(_PICK_LOW, low)
+                if port in ports:
+                    continue
+                try:
+                    sock.bind((LOOPBACK_HOST, port))
+                except OSError:
+                    continue
+                break
+            else:
+                sock.bind((LOOPBACK_HOST, 0))
             ports.append(int(sock.getsockname()[1]))
         return ports
 

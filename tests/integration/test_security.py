@@ -165,7 +165,10 @@ async def _session_first_reply(tls: ClientTls, address: str, node_id: str) -> gr
             call.cancel()
             return grpc.StatusCode.OK if reply is not grpc.aio.EOF else await call.code()
         except grpc.aio.AioRpcError as exc:
-            return exc.code()
+            # The same race can surface here: the read reports the failed write's
+            # INTERNAL. The status the call ended with is the server's answer.
+            code: grpc.StatusCode = await call.code()
+            return code if exc.code() is grpc.StatusCode.INTERNAL else exc.code()
 
 
 async def test_node_certificate_cannot_open_a_session_as_another_node(

@@ -198,6 +198,15 @@ class _Run:
         """Its checkpoints promise nothing of Redis: records may linger, reports are sparse."""
         return self.durability != "replicated"
 
+    def lingers(self, *, terminal: bool) -> bool:
+        """Whether a record of this run may wait for company on its way to Redis.
+
+        A ``local`` task's records may; a result (``terminal``) never does: a new
+        owner that finds it in Redis completes the task without calling the
+        handler again, so it must not wait out a linger while its agent may be lost.
+        """
+        return self.local and not terminal
+
 
 @dataclass(eq=False, slots=True)
 class _Handoff:
@@ -966,7 +975,7 @@ class TaskRunner:
         run.checkpoint = summary
         fut = await self.replicator.submit(
             ReplicationItem(run.task_id, run.epoch, self.node_id, checkpoint=record),
-            linger=run.local and not terminal,  # a result never lingers (see _ship)
+            linger=run.lingers(terminal=terminal),
         )
         self._track(run, fut, outcome.seq)
         self.reporter.progress(
@@ -1070,7 +1079,13 @@ class TaskRunner:
         run.checkpoint = summary
         item = ReplicationItem(run.task_id, run.epoch, self.node_id, checkpoint=record)
         fut = self._ship(
-            run, item, outcome.seq, 0, summary=summary, t_sent=t1, linger=run.local and not result
+            run,
+            item,
+            outcome.seq,
+            0,
+            summary=summary,
+            t_sent=t1,
+            linger=run.lingers(terminal=result),
         )
         self._ensure(run, committing_result=result)
         if run.durability == "replicated":
@@ -1098,7 +1113,15 @@ class TaskRunner:
         run.journal_seq = seq
         record = self._event_record(run, seq, run.epoch, payload, _wall_ms())
         item = ReplicationItem(run.task_id, run.epoch, self.node_id, events=(record,))
-        fut = self._ship(run, item, 0, seq, summary=None, t_sent=time.monotonic(), linger=run.local)
+        fut = self._ship(
+            run,
+            item,
+            0,
+            seq,
+            summary=None,
+            t_sent=time.monotonic(),
+            linger=run.lingers(terminal=False),
+        )
         self._ensure(run)
         if run.durability == "replicated":
             self._wait_replicated(run, fut)
@@ -1124,14 +1147,12 @@ class TaskRunner:
     ) -> concurrent.futures.Future[tuple[ReplicationResult, float]]:
         """Hand a committed record to the event loop (from a handler thread).
 
-        A record that may not ``linger`` wakes the loop now: every record of a
-        ``replicated`` task (its handler waits for Redis) and a task's result
-        (its terminal checkpoint: a new owner that finds it in Redis completes
-        the task without calling the handler again, so it must not wait out a
-        linger while its agent may be lost). Any other record of a ``local``
-        task only joins the queue the loop drains at its next tick
-        (``drain_handoff``, every 50 ms) and then lingers in the replicator:
-        no thread wake-up and no round trip of its own per checkpoint.
+        A record that may not ``linger`` (``_Run.lingers``) wakes the loop now:
+        every record of a ``replicated`` task (its handler waits for Redis) and a
+        task's result. Any other record of a ``local`` task only joins the queue
+        the loop drains at its next tick (``drain_handoff``, every 50 ms) and
+        then lingers in the replicator: no thread wake-up and no round trip of
+        its own per checkpoint.
 
         Returns:
             A future of (Redis's answer, monotonic time the loop saw it).

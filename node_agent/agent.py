@@ -401,7 +401,7 @@ class NodeAgent:
             async with self._lock:
                 await self._execute(self.core.tick(self._now(), self._wall_ms()))
             if self._runner is not None:
-                self._runner.drain_handoff()  # local-durability records, once a tick
+                self._runner.drain_handoff(hold=True)  # local-durability records
             if self._replicator is not None:
                 self.metrics.replication_lag.set(self._replicator.lag_seconds)
                 self.metrics.replication_backlog.set(self._replicator.backlog_records)

@@ -195,6 +195,11 @@ class Replicator:
     # -- observation
 
     @property
+    def linger_s(self) -> float:
+        """Seconds a lingering item may wait for company (``linger_s`` of the constructor)."""
+        return self._linger_s
+
+    @property
     def backlog_records(self) -> int:
         """Records (events + checkpoints) queued or in flight."""
         return self._backlog
@@ -258,13 +263,16 @@ class Replicator:
     # -- submit
 
     async def submit(
-        self, item: ReplicationItem, *, linger: bool = False
+        self, item: ReplicationItem, *, linger: bool = False, age_s: float = 0.0
     ) -> asyncio.Future[ReplicationResult]:
         """Queue an item; wait while the backlog is full.
 
         With ``linger``, the item may wait up to ``linger_s`` for others to share
         its round trip: for writers that do not wait for the answer (local
         durability). Per-task order holds either way (the queue is FIFO).
+        ``age_s`` (seconds, >= 0) is how long the item already waited before it
+        was submitted (its writer committed it that long ago): the linger and
+        the lag count from then.
 
         Returns:
             A future resolving with the item's :class:`ReplicationResult` once
@@ -295,7 +303,7 @@ class Replicator:
                 finally:
                     self._blocked -= 1
             was_empty = not self._queue
-            entry = _Entry(item, [future], self._clock(), urgent=not linger)
+            entry = _Entry(item, [future], self._clock() - max(0.0, age_s), urgent=not linger)
             for i in merge_ids:
                 old = self._remove(i)
                 entry.futures.extend(old.futures)

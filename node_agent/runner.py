@@ -79,6 +79,7 @@ from node_agent.replication import (
     ReplicationItem,
     ReplicationResult,
     Replicator,
+    absorbs,
 )
 from node_agent.sdk import (
     Agent,
@@ -220,6 +221,50 @@ class _Handoff:
     t_sent: float
     out: concurrent.futures.Future[tuple[ReplicationResult, float]]
     linger: bool  # may wait for company on its way to Redis (see TaskRunner._ship)
+    # ``out`` of the earlier handoffs this one absorbed (``coalesce_handoffs``):
+    # resolved with this one's answer.
+    absorbed: list[concurrent.futures.Future[tuple[ReplicationResult, float]]] = field(
+        default_factory=list
+    )
+
+
+HANDOFF_HOLD_MARGIN_S = 0.1
+"""How much sooner than the replicator's linger the tick drains lingering handoffs, seconds.
+
+Two of the agent's 50 ms ticks: a record held in the handoff queue reaches the
+replicator before its linger (counted from its commit) runs out.
+"""
+
+
+def coalesce_handoffs(batch: list[_Handoff]) -> list[_Handoff]:
+    """Drop every lingering handoff a later lingering one of its run makes redundant.
+
+    ``batch`` is in commit order. A handoff is merged into the next handoff of
+    the same run (task and epoch) when both may linger and the later item
+    absorbs the earlier (``replica.absorbs``: it carries a newer checkpoint
+    covering every event of the earlier one); the survivor's answer resolves
+    the merged one's ``out``. As the replicator's own merge, which this
+    anticipates on the loop's side of the handoff: one submit, one progress
+    report and one tracked future per task per drain instead of per
+    checkpoint. Per-run order is kept; records the replicator must ship
+    (``replicated`` tasks, results) are never merged.
+
+    Returns:
+        The survivors, in commit order.
+    """
+    kept: list[_Handoff | None] = []
+    last: dict[_Run, int] = {}  # a run's latest handoff: its index in ``kept``
+    for h in batch:
+        i = last.get(h.run)
+        if i is not None:
+            prev = kept[i]
+            if prev is not None and prev.linger and h.linger and absorbs(h.item, prev.item):
+                h.absorbed.extend(prev.absorbed)
+                h.absorbed.append(prev.out)
+                kept[i] = None
+        last[h.run] = len(kept)
+        kept.append(h)
+    return [h for h in kept if h is not None]
 
 
 class _Host:
@@ -1150,9 +1195,10 @@ class TaskRunner:
         A record that may not ``linger`` (``_Run.lingers``) wakes the loop now:
         every record of a ``replicated`` task (its handler waits for Redis) and a
         task's result. Any other record of a ``local`` task only joins the queue
-        the loop drains at its next tick (``drain_handoff``, every 50 ms) and
-        then lingers in the replicator: no thread wake-up and no round trip of
-        its own per checkpoint.
+        the loop's tick drains once its oldest record has nearly lingered out
+        (``drain_handoff``), where a task's checkpoints coalesce: no thread
+        wake-up, no work on the loop and no round trip of its own per
+        checkpoint.
 
         Returns:
             A future of (Redis's answer, monotonic time the loop saw it).
@@ -1173,11 +1219,23 @@ class TaskRunner:
             self._loop.call_soon_threadsafe(self._start_drain)
         return out
 
-    def drain_handoff(self) -> None:
-        """Submit what handler threads committed (on the loop; the agent's tick calls it)."""
+    def drain_handoff(self, *, hold: bool = False) -> None:
+        """Submit what handler threads committed (on the loop; the agent's tick calls it).
+
+        With ``hold`` (the tick), records that may linger stay queued until the
+        oldest of them is nearly as old as the replicator's linger
+        (``HANDOFF_HOLD_MARGIN_S`` sooner): each task's checkpoints committed
+        meanwhile then coalesce here (``coalesce_handoffs``) before any work
+        on the loop, and reach Redis no later than they would have. Without it
+        (a stop) everything queued goes now.
+        """
         with self._handoff_lock:
             if not self._handoff or self._draining:
                 return
+            if hold:
+                hold_s = getattr(self.replicator, "linger_s", 0.0) - HANDOFF_HOLD_MARGIN_S
+                if hold_s > 0 and time.monotonic() - self._handoff[0].t_sent < hold_s:
+                    return
             self._draining = True
         self._start_drain()
 
@@ -1190,11 +1248,16 @@ class TaskRunner:
                 if not self._handoff:
                     self._draining = False
                     return
-                handoff = self._handoff.popleft()
+                batch = list(self._handoff)
+                self._handoff.clear()
+            survivors = deque(coalesce_handoffs(batch))
             try:
-                await self._submit_handoff(handoff)
+                while survivors:
+                    await self._submit_handoff(survivors[0])
+                    survivors.popleft()
             except BaseException:
                 with self._handoff_lock:
+                    self._handoff.extendleft(reversed(survivors))
                     self._draining = False
                 if self._handoff and self._loop is not None:
                     self._loop.call_soon(self.drain_handoff)
@@ -1204,25 +1267,32 @@ class TaskRunner:
         run = h.run
         t_loop = time.monotonic()
         self._hop["handoff"].observe(t_loop - h.t_sent)
+        outs = [*h.absorbed, h.out]
         try:
-            fut = await self.replicator.submit(h.item, linger=h.linger)
+            fut = await self.replicator.submit(
+                h.item, linger=h.linger, age_s=max(0.0, t_loop - h.t_sent)
+            )
         except Exception as exc:
-            h.out.set_exception(exc)
+            for out in outs:
+                out.set_exception(exc)
             return
         self._track(run, fut, h.ckpt_seq, journal_seq=h.journal_seq)
-        out, hop_redis = h.out, self._hop["redis"]
+        hop_redis = self._hop["redis"]
 
         def done(f: asyncio.Future[ReplicationResult]) -> None:
             if f.cancelled():
-                out.cancel()
+                for out in outs:
+                    out.cancel()
                 return
             exc = f.exception()
             if exc is not None:
-                out.set_exception(exc)
+                for out in outs:
+                    out.set_exception(exc)
                 return
             t_ack = time.monotonic()
             hop_redis.observe(t_ack - t_loop)
-            out.set_result((f.result(), t_ack))
+            for out in outs:
+                out.set_result((f.result(), t_ack))
 
         fut.add_done_callback(done)
         if h.summary is not None:

@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import json
 import os
 import signal
@@ -30,7 +31,13 @@ from node_agent.core import records as rec
 from node_agent.isolation import DEFAULT_WORKER_NICE
 from node_agent.metrics import AgentMetrics
 from node_agent.replication import Outcome, ReplicationItem, ReplicationResult
-from node_agent.runner import RESULT_LABEL, TaskRunner
+from node_agent.runner import (
+    HANDOFF_HOLD_MARGIN_S,
+    RESULT_LABEL,
+    TaskRunner,
+    _Handoff,
+    coalesce_handoffs,
+)
 from node_agent.sdk import (
     Agent,
     DurabilityName,
@@ -97,13 +104,14 @@ class _Reporter:
     def __init__(self) -> None:
         self.results: list[dict[str, Any]] = []
         self.started_: list[agent_pb2.TaskUpdate.Started] = []
+        self.progressed: list[dict[str, Any]] = []  # the fields of each progress report
         self.done = asyncio.Event()
 
     async def started(self, task_id: str, epoch: int, started: Any) -> None:
         self.started_.append(started)
 
     def progress(self, task_id: str, epoch: int, **fields: Any) -> None:
-        pass
+        self.progressed.append(fields)
 
     async def finished(self, task_id: str, epoch: int, **fields: Any) -> None:
         self.results.append(fields)
@@ -119,15 +127,19 @@ class _Reporter:
 class _Replicator:
     """Acknowledges every item at once (Redis is covered by the integration tests)."""
 
+    linger_s = 0.5
+
     def __init__(self) -> None:
         self.items: list[ReplicationItem] = []
         self.lingered: list[bool] = []  # the linger flag of each item, in order
+        self.ages: list[float] = []  # the age_s of each item, in order
 
     async def submit(
-        self, item: ReplicationItem, *, linger: bool = False
+        self, item: ReplicationItem, *, linger: bool = False, age_s: float = 0.0
     ) -> asyncio.Future[ReplicationResult]:
         self.items.append(item)
         self.lingered.append(linger)
+        self.ages.append(age_s)
         fut: asyncio.Future[ReplicationResult] = asyncio.get_running_loop().create_future()
         fut.set_result(ReplicationResult(Outcome.OK, item.epoch))
         return fut
@@ -301,6 +313,98 @@ async def test_a_local_tasks_result_ships_at_once_and_never_lingers(
         assert terminal == [False, True]
         assert replicator.lingered == [True, False]  # type: ignore[attr-defined]
         await asyncio.wait_for(reporter.done.wait(), 5)
+        await runner.close()
+
+
+async def test_a_tasks_lingering_checkpoints_coalesce_into_one_submit(tmp_path: Path) -> None:
+    """Checkpoints of a local task committed between two drains reach the loop's
+    work (submit, progress, tracking) as one: the newest, which covers them.
+    Every earlier checkpoint's handoff still resolves, with the newest's answer."""
+    go = threading.Event()
+    app = Agent("t")
+
+    @app.task("k", durability="local")
+    def handler(ctx: Any) -> None:
+        for i in range(5):
+            ctx.checkpoint({"step": i})
+        go.wait(5)
+
+    with CheckpointStore(tmp_path / "s", durability="group") as store:
+        runner, reporter = _runner(tmp_path, app, store)
+        replicator = runner.replicator
+        runner.start(_assign("t1", "k"))
+        async with asyncio.timeout(5):
+            while (latest := store.load_latest("t1")) is None or latest.info.seq < 5:
+                await asyncio.sleep(0.01)
+            run = runner._runs["t1"]
+            assert len(run.shipping) == 5  # committed, waiting for the tick
+            runner.drain_handoff()
+            while run.shipping:
+                await asyncio.sleep(0.01)
+        assert [i.checkpoint.seq for i in replicator.items if i.checkpoint] == [5]  # type: ignore[attr-defined]
+        assert [c["checkpoint"].seq for c in reporter.progressed if "checkpoint" in c] == [5]
+        go.set()
+        await runner.close()
+
+
+def _handoff(run: Any, seq: int = 0, events: tuple[int, ...] = (), linger: bool = True) -> _Handoff:
+    """A handoff of task "t" at epoch 1: journal ``events`` then, with ``seq``, a
+    checkpoint covering them all."""
+    evs = tuple(records_pb2.JournalEventRecord(task_id="t", epoch=1, seq=e) for e in events)
+    covers = max(events, default=0)
+    ckpt = (
+        records_pb2.CheckpointRecord(task_id="t", epoch=1, seq=seq, covers_journal_seq=covers)
+        if seq
+        else None
+    )
+    item = ReplicationItem("t", 1, "n", events=evs, checkpoint=ckpt)
+    return _Handoff(run, item, seq, covers, None, 0.0, concurrent.futures.Future(), linger)
+
+
+def test_coalescing_keeps_every_event_no_checkpoint_covers_and_every_urgent_record() -> None:
+    """A handoff merges into the next one of its run only when both may linger
+    and the later checkpoint covers the earlier's events; other runs' handoffs
+    in between change nothing and keep their order."""
+    a, b = object(), object()
+    a1, b1, a2 = _handoff(a, seq=1), _handoff(b, seq=1), _handoff(a, seq=2)
+    a3 = _handoff(a, events=(1,))  # an event the next checkpoint does not cover...
+    a4 = _handoff(a, seq=3)  # ...covers_journal_seq 0 < 1: a3 stays
+    a5 = _handoff(a, seq=4, events=(2,), linger=False)  # a result: never merged
+    a6 = _handoff(a, seq=5)
+    kept = coalesce_handoffs([a1, b1, a2, a3, a4, a5, a6])
+    assert kept == [b1, a2, a3, a4, a5, a6]
+    assert a2.absorbed == [a1.out]
+    assert a4.absorbed == a6.absorbed == []
+    a7, a8, a9 = _handoff(a, seq=6), _handoff(a, seq=7), _handoff(a, seq=8, events=(3,))
+    assert coalesce_handoffs([a7, a8, a9]) == [a9]
+    assert a9.absorbed == [a7.out, a8.out]
+
+
+async def test_the_tick_holds_lingering_records_until_they_nearly_lingered_out(
+    tmp_path: Path,
+) -> None:
+    """The tick leaves a local record in the handoff queue until it is
+    ``linger_s - HANDOFF_HOLD_MARGIN_S`` old, then submits it with its age, so
+    the replicator's linger counts from the commit (Redis is not reached later)."""
+    go = threading.Event()
+    with CheckpointStore(tmp_path / "s", durability="group") as store:
+        runner, _ = _runner(tmp_path, _checkpoint_then_block("local", go), store)
+        replicator = runner.replicator
+        runner.start(_assign("t1", "k"))
+        async with asyncio.timeout(5):
+            await _committed(store, "t1")
+            runner.drain_handoff(hold=True)
+            await asyncio.sleep(0.1)
+            assert replicator.items == []  # type: ignore[attr-defined]
+            hold_s = replicator.linger_s - HANDOFF_HOLD_MARGIN_S  # type: ignore[attr-defined]
+            await asyncio.sleep(hold_s)
+            runner.drain_handoff(hold=True)
+            while not replicator.items:  # type: ignore[attr-defined]
+                await asyncio.sleep(0.01)
+        assert replicator.lingered == [True]  # type: ignore[attr-defined]
+        (age,) = replicator.ages  # type: ignore[attr-defined]
+        assert hold_s <= age < replicator.linger_s + 1  # type: ignore[attr-defined]
+        go.set()
         await runner.close()
 
 

@@ -293,6 +293,9 @@ class NodeAgent:
             slots=s.slots,
             worker_nice=s.worker_nice,
         )
+        # Checkpoints the worker processes of an earlier run of this agent
+        # committed (and acknowledged) go into the store before anyone reads it.
+        await asyncio.to_thread(self._runner.ingest_leftover_spools)
         metas = await self._store.aio.metas()
         readable, unreadable = convert.decode_metas(metas)
         async with self._lock:
@@ -401,6 +404,7 @@ class NodeAgent:
             async with self._lock:
                 await self._execute(self.core.tick(self._now(), self._wall_ms()))
             if self._runner is not None:
+                self._runner.ingest_spools()  # checkpoints worker processes committed
                 self._runner.drain_handoff(hold=True)  # local-durability records
             if self._replicator is not None:
                 self.metrics.replication_lag.set(self._replicator.lag_seconds)

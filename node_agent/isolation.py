@@ -47,7 +47,9 @@ import signal
 import threading
 import time
 import traceback
+import uuid
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from node_agent.sdk import (
@@ -57,6 +59,7 @@ from node_agent.sdk import (
     TaskCancelled,
     TaskFailure,
 )
+from node_agent.spool import SpoolReader, SpoolWriter, encode_json
 
 __all__ = ["ProcessTaskContext", "Worker", "WorkerDied", "WorkerPool"]
 
@@ -71,15 +74,24 @@ class WorkerDied(Exception):
 
 
 class Worker:
-    """One worker process and the agent's end of its channel."""
+    """One worker process and the agent's end of its channel.
 
-    def __init__(self, mp: Any, nice: int = DEFAULT_WORKER_NICE) -> None:
+    With ``spool_path``, the worker commits ``local`` checkpoints into that
+    spool file itself (``node_agent.spool``); ``spool`` is the agent's reader
+    of it, used under ``spool_lock``.
+    """
+
+    def __init__(
+        self, mp: Any, nice: int = DEFAULT_WORKER_NICE, spool_path: Path | None = None
+    ) -> None:
         self.conn, child = mp.Pipe(duplex=True)
         self.shared = mp.Array("d", 3, lock=False)
         self.shared[_DEADLINE] = math.nan
+        self.spool = SpoolReader(spool_path) if spool_path is not None else None
+        self.spool_lock = threading.Lock()
         self.process: multiprocessing.process.BaseProcess = mp.Process(
             target=_worker_main,
-            args=(child, self.shared, nice),
+            args=(child, self.shared, nice, spool_path, os.getpid()),
             name="lazarus-worker",
             daemon=True,
         )
@@ -126,11 +138,16 @@ class WorkerPool:
     Args:
         size: most idle workers kept (the node's slots).
         nice: each worker's ``nice`` increment over the agent's (0..19).
+        spool_dir: where workers keep their checkpoint spools (None: no spool;
+            every checkpoint goes to the agent).
     """
 
-    def __init__(self, size: int, nice: int = DEFAULT_WORKER_NICE) -> None:
+    def __init__(
+        self, size: int, nice: int = DEFAULT_WORKER_NICE, spool_dir: Path | None = None
+    ) -> None:
         self.size = size
         self.nice = nice
+        self.spool_dir = spool_dir
         self._mp = multiprocessing.get_context("spawn")
         self._idle: list[Worker] = []
         self._busy: set[Worker] = set()
@@ -142,13 +159,18 @@ class WorkerPool:
     def prestart(self, count: int) -> None:
         """Start ``count`` idle workers now (blocking; call from a thread)."""
         for _ in range(count):
-            worker = Worker(self._mp, self.nice)
+            worker = Worker(self._mp, self.nice, self._spool_path())
             self._publish_to(worker)
             with self._lock:
                 if self._closed or len(self._idle) >= self.size:
                     worker.kill()
                     return
                 self._idle.append(worker)
+
+    def _spool_path(self) -> Path | None:
+        if self.spool_dir is None:
+            return None
+        return self.spool_dir / f"worker-{os.getpid()}-{uuid.uuid4().hex[:12]}.db"
 
     def acquire(self) -> Worker:
         """An idle live worker, or a new one (blocking: a start takes ~0.2 s)."""
@@ -162,7 +184,7 @@ class WorkerPool:
                     worker.shared[_STOPPED] = 0.0
                     return worker
                 worker.kill()
-        worker = Worker(self._mp, self.nice)
+        worker = Worker(self._mp, self.nice, self._spool_path())
         self._publish_to(worker)
         with self._lock:
             self._busy.add(worker)
@@ -218,12 +240,21 @@ def stop_run(worker: Worker) -> None:
 class ProcessTaskContext:
     """The ``SyncTaskContext`` of a handler running in a worker process.
 
-    Same attributes and blocking methods; ``checkpoint`` / ``record`` go over
+    Same attributes and blocking methods. ``checkpoint`` of a ``local`` task
+    commits into this worker's spool (``node_agent.spool``), with no message to
+    the agent; ``record``, and ``checkpoint`` of a ``replicated`` task, go over
     the local channel to the agent, which commits them by its short path.
     ``shared`` and ``crdt_state`` are not available in a worker process.
     """
 
-    def __init__(self, fields: dict[str, Any], conn: Any, shared: Any) -> None:
+    def __init__(
+        self,
+        fields: dict[str, Any],
+        conn: Any,
+        shared: Any,
+        spool: SpoolWriter | None = None,
+        agent_pid: int | None = None,
+    ) -> None:
         self.task_id: str = fields["task_id"]
         self.kind: str = fields["kind"]
         self.epoch: int = fields["epoch"]
@@ -234,13 +265,24 @@ class ProcessTaskContext:
         self._incarnation: str = fields["incarnation"]
         self._conn = conn
         self._shared = shared
+        self._agent_pid = agent_pid
+        # The spool is used when the agent numbered this run's checkpoints for us:
+        # it passes the task's head seq (only this worker writes the task meanwhile).
+        self._spool = spool if fields.get("spool_from_seq") is not None else None
+        self._seq: int = fields.get("spool_from_seq") or 0
+        self._journal_seq: int = fields.get("journal_seq", 0)
+        self._max_payload_bytes: int = fields.get("max_payload_bytes", 0)
 
     def _owner(self, *, new_effect: bool = True) -> None:
         deadline = self._shared[_DEADLINE]
-        if math.isnan(deadline) or time.monotonic() >= deadline:
+        if (
+            math.isnan(deadline)
+            or time.monotonic() >= deadline
+            or (self._agent_pid is not None and os.getppid() != self._agent_pid)
+        ):
             raise OwnershipLapsed(
                 f"task {self.task_id!r} at epoch {self.epoch}: this agent's ownership lapsed "
-                "(fence deadline passed)"
+                "(fence deadline passed, or the agent process is gone)"
             )
         if self._shared[_STOPPED] or (new_effect and self._shared[_FENCED]):
             raise TaskCancelled(f"task {self.task_id!r} at epoch {self.epoch} no longer runs here")
@@ -256,12 +298,31 @@ class ProcessTaskContext:
         raise _ERRORS.get(kind, RuntimeError)(text)
 
     def checkpoint(self, state: Any, *, reason: str = "") -> int:
-        """As ``TaskContext.checkpoint``, blocking."""
-        return int(self._call("checkpoint", state, reason))
+        """As ``TaskContext.checkpoint``, blocking.
+
+        A ``local`` task's checkpoint is committed here, into the spool (fsync
+        included), between two ownership checks: no round trip to the agent.
+        """
+        if self._spool is None:
+            return int(self._call("checkpoint", state, reason))
+        self._owner()
+        payload = encode_json(state, "checkpoint state")
+        if len(payload) > self._max_payload_bytes:
+            raise ValueError(
+                f"checkpoint state is {len(payload)} bytes, over the limit of "
+                f"{self._max_payload_bytes}"
+            )
+        seq = self._seq + 1
+        self._spool.append(self.task_id, self.epoch, seq, self._journal_seq, reason[:128], payload)
+        self._seq = seq
+        self._owner(new_effect=False)
+        return seq
 
     def record(self, event: Any) -> int:
         """As ``TaskContext.record``, blocking."""
-        return int(self._call("record", event))
+        seq = int(self._call("record", event))
+        self._journal_seq = max(self._journal_seq, seq)
+        return seq
 
     def progress(self, ratio: float, message: str = "") -> None:
         """As ``TaskContext.progress``."""
@@ -306,10 +367,13 @@ _ERRORS: dict[str, type[BaseException]] = {
 }
 
 
-def _worker_main(conn: Any, shared: Any, nice: int) -> None:  # pragma: no cover - in the worker
+def _worker_main(  # pragma: no cover - in the worker
+    conn: Any, shared: Any, nice: int, spool_path: Path | None = None, agent_pid: int | None = None
+) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the agent decides when a worker ends
     if nice > 0:
         os.nice(nice)  # lowering one's own priority needs no privilege
+    spool = SpoolWriter(spool_path) if spool_path is not None else None
     while True:
         try:
             msg = conn.recv()
@@ -318,7 +382,7 @@ def _worker_main(conn: Any, shared: Any, nice: int) -> None:  # pragma: no cover
         if msg[0] != "run":
             continue
         fn: Callable[[Any], Any] = msg[1]
-        ctx = ProcessTaskContext(msg[2], conn, shared)
+        ctx = ProcessTaskContext(msg[2], conn, shared, spool, agent_pid)
         try:
             value = fn(ctx)
         except BaseException as exc:  # reported to the agent, which decides

@@ -63,6 +63,14 @@ class AgentMetrics:
             buckets=(0.0001, 0.00025, *_CKPT_BUCKETS_S),
             registry=r,
         )
+        self.spooled_checkpoints = Counter(
+            "lazarus_agent_spooled_checkpoints_total",
+            "Checkpoints worker processes committed into their spool (isolation=process, "
+            "durability=local), by what ingesting them into the store did: ingested, "
+            "duplicate (ingested before a crash), refused (stale epoch), corrupt (bad checksum).",
+            ["outcome"],
+            registry=r,
+        )
         self.checkpoint_bytes = Histogram(
             "lazarus_agent_checkpoint_bytes",
             "Encoded checkpoint state size.",

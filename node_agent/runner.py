@@ -36,6 +36,7 @@ import functools
 import json
 import logging
 import os
+import sqlite3
 import threading
 import time
 import traceback
@@ -43,6 +44,7 @@ from collections import deque
 from collections.abc import Awaitable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from lazarus.v1 import agent_pb2, records_pb2
@@ -51,6 +53,8 @@ from node_agent.checkpoint import (
     AdoptedEvent,
     Checkpoint,
     CheckpointStore,
+    CheckpointStoreError,
+    SaveOutcome,
     StaleEpoch,
     StoredCheckpoint,
 )
@@ -94,6 +98,13 @@ from node_agent.sdk import (
     TaskFailure,
 )
 from node_agent.shared import SharedDocument, SharedDocuments
+from node_agent.spool import (
+    SPOOL_DIRNAME,
+    SpoolReader,
+    SpoolRow,
+    encode_json,
+    leftover_spools,
+)
 
 __all__ = ["Reporter", "TaskRunner"]
 
@@ -162,11 +173,7 @@ def _wall_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-def _encode(value: Any, what: str) -> bytes:
-    try:
-        return json.dumps(value, separators=(",", ":"), sort_keys=True, allow_nan=False).encode()
-    except (TypeError, ValueError) as exc:
-        raise TypeError(f"{what} is not JSON-serialisable: {exc}") from exc
+_encode = encode_json
 
 
 @dataclass(eq=False)
@@ -368,6 +375,8 @@ class TaskRunner:
         self.slots = slots
         self.worker_nice = worker_nice
         self._workers: WorkerPool | None = None
+        self._ingesting = False  # the tick's spool ingestion is running (ingest_spools)
+        self._ingested_s = 0.0
         self.store = store
         self.replica = replica
         self.replicator = replicator
@@ -418,7 +427,9 @@ class TaskRunner:
 
     def _pool_of_workers(self) -> WorkerPool:
         if self._workers is None:
-            self._workers = WorkerPool(self.slots, self.worker_nice)
+            data_dir = getattr(self.store, "data_dir", None)
+            spool_dir = Path(data_dir) / SPOOL_DIRNAME if data_dir is not None else None
+            self._workers = WorkerPool(self.slots, self.worker_nice, spool_dir)
             self._workers.publish(self._ownership.deadline_s, self._ownership.fenced)
         return self._workers
 
@@ -482,6 +493,8 @@ class TaskRunner:
                 old.epoch,
             )
             old.cancelled.set()
+            if old.worker is not None:
+                stop_run(old.worker)
             old.task.cancel()
         spec = assign.spec
         handler = self.app.handler(spec.kind)
@@ -695,7 +708,14 @@ class TaskRunner:
             "restored": ctx.restored,
             "node_id": ctx.node_id,
             "incarnation": self.incarnation,
+            "journal_seq": run.journal_seq,
+            "max_payload_bytes": self.max_payload_bytes,
         }
+        if run.local and worker.spool is not None:
+            # The worker commits this run's checkpoints into its spool, numbered
+            # from the task's head: only it writes the task's checkpoints now.
+            head = self.store.task_head(run.task_id)
+            fields["spool_from_seq"] = head.last_checkpoint_seq if head is not None else 0
         conn = worker.conn
 
         def died() -> WorkerDied:
@@ -720,6 +740,10 @@ class TaskRunner:
                 except (EOFError, OSError):
                     raise died() from None
                 op = msg[0]
+                if op in ("record", "return", "raise"):
+                    # What the worker spooled before this goes first: the store,
+                    # Redis and the result see the run's checkpoints in order.
+                    self._ingest_spool(worker, run)
                 if op in ("checkpoint", "record"):
                     try:
                         if op == "checkpoint":
@@ -757,7 +781,166 @@ class TaskRunner:
             if run.worker is not None:
                 pool.discard(worker)
                 run.worker = None
+            # A checkpoint the worker spooled before it died (killed at a stop,
+            # OOM, a crash) returned to its handler: it is the store's now.
+            self._ingest_spool(worker, run)
+            if worker.spool is not None and not worker.alive():
+                worker.spool.remove()
             raise
+
+    # ---------------------------------------------------------------- spool
+
+    def _ingest_spool(self, worker: Worker, run: _Run | None) -> None:
+        """Move what ``worker`` spooled into the store; ship ``run``'s newest to Redis.
+
+        In a thread (a relay, the tick's ingestion, the start): the store commit
+        blocks. Rows are deleted from the spool only after the store committed
+        them, so a crash in between ingests them again (dropped as duplicates).
+        A row of an epoch the store has superseded is refused, and its run is
+        lost and stopped, as a ``save`` of that epoch would be.
+        """
+        spool = worker.spool
+        if spool is None:
+            return
+        with worker.spool_lock:
+            try:
+                rows = spool.read()
+                if not rows:
+                    return
+                outcomes = self._ingest_rows(rows, spool.path)
+                spool.delete_through(rows[-1].id)
+            except (CheckpointStoreError, sqlite3.Error) as exc:
+                _log.warning("spool %s: not ingested yet (%s); will retry", spool.path, exc)
+                return
+        if run is None:
+            return
+        newest: tuple[SpoolRow, SaveOutcome] | None = None
+        for row, out in outcomes:
+            if row.task_id != run.task_id or row.epoch != run.epoch:
+                continue
+            if isinstance(out, SaveOutcome):
+                newest = (row, out)
+            elif isinstance(out, StaleEpoch):
+                self._call_soon(self._lose(run, out.current_epoch))
+        if newest is None:
+            return
+        row, out = newest
+        summary, record = self._saved(
+            run, out.seq, out.ref, out.covers_journal_seq, row.payload, row.label, False
+        )
+        run.checkpoint = summary
+        age_s = max(0.0, (_wall_ms() - row.created_at_ms) / 1000)
+        item = ReplicationItem(run.task_id, run.epoch, self.node_id, checkpoint=record)
+        self._ship(
+            run,
+            item,
+            out.seq,
+            0,
+            summary=summary,
+            t_sent=time.monotonic() - age_s,
+            linger=run.lingers(terminal=False),
+        )
+
+    def _ingest_rows(
+        self, rows: list[SpoolRow], path: Path
+    ) -> list[tuple[SpoolRow, SaveOutcome | CheckpointStoreError | None]]:
+        """Commit spool rows to the store (one transaction); log what it refused."""
+        intact = [r for r in rows if r.intact]
+        if len(intact) < len(rows):
+            self.metrics.spooled_checkpoints.labels(outcome="corrupt").inc(len(rows) - len(intact))
+            _log.error(
+                "spool %s: %d checkpoint row(s) failed their checksum; dropped",
+                path,
+                len(rows) - len(intact),
+            )
+        items = [
+            (
+                Checkpoint(r.task_id, r.epoch, r.payload, r.covers_journal_seq, label=r.label),
+                r.seq,
+                r.created_at_ms,
+            )
+            for r in intact
+        ]
+        outcomes = self.store.ingest(items)
+        for row, out in zip(intact, outcomes, strict=True):
+            if isinstance(out, SaveOutcome):
+                self.metrics.spooled_checkpoints.labels(outcome="ingested").inc()
+                self.metrics.checkpoint_bytes.observe(len(row.payload))
+                if out.seq != row.seq:
+                    _log.warning(
+                        "task %s: spooled checkpoint %d stored as %d (the task's head moved)",
+                        row.task_id,
+                        row.seq,
+                        out.seq,
+                    )
+            elif out is None:
+                self.metrics.spooled_checkpoints.labels(outcome="duplicate").inc()
+            else:
+                self.metrics.spooled_checkpoints.labels(outcome="refused").inc()
+                _log.warning(
+                    "task %s: spooled checkpoint %d at epoch %d refused: %s",
+                    row.task_id,
+                    row.seq,
+                    row.epoch,
+                    out,
+                )
+        return list(zip(intact, outcomes, strict=True))
+
+    def ingest_leftover_spools(self) -> int:
+        """Ingest the spools an earlier agent process left behind, then delete them.
+
+        Call once at start (a thread), before anything reads the store: a
+        checkpoint its workers acknowledged is not lost with it.
+
+        Returns:
+            The spool files ingested.
+        """
+        data_dir = getattr(self.store, "data_dir", None)
+        if data_dir is None:
+            return 0
+        count = 0
+        for path in leftover_spools(Path(data_dir) / SPOOL_DIRNAME):
+            reader = SpoolReader(path)
+            try:
+                rows = reader.read()
+                if rows:
+                    self._ingest_rows(rows, path)
+                    _log.info("spool %s: ingested %d checkpoint row(s)", path, len(rows))
+            except (CheckpointStoreError, sqlite3.Error) as exc:
+                reader.close()
+                _log.error("spool %s: left in place, could not ingest it: %s", path, exc)
+                continue
+            reader.remove()
+            count += 1
+        return count
+
+    def ingest_spools(self) -> None:
+        """Ingest the running workers' spools, at most every ``linger_s - margin``
+        (on the loop; the agent's tick calls it, the work runs in a thread)."""
+        if self._workers is None or self._ingesting:
+            return
+        now = time.monotonic()
+        interval = max(0.0, getattr(self.replicator, "linger_s", 0.0) - HANDOFF_HOLD_MARGIN_S)
+        if now < self._ingested_s + interval:
+            return
+        pairs = [
+            (run.worker, run)
+            for run in self._runs.values()
+            if run.worker is not None and run.worker.spool is not None
+        ]
+        if not pairs:
+            return
+        self._ingesting = True
+        self._ingested_s = now
+
+        def ingest() -> None:
+            try:
+                for worker, run in pairs:
+                    self._ingest_spool(worker, run)
+            finally:
+                self._ingesting = False
+
+        asyncio.get_running_loop().run_in_executor(None, ingest).add_done_callback(_retrieve)
 
     # ---------------------------------------------------------------- restore
 
@@ -1419,6 +1602,8 @@ class TaskRunner:
             return
         run.lost = True
         run.cancelled.set()
+        if run.worker is not None:
+            stop_run(run.worker)  # its next context call raises, spooled ones too
         _log.warning(
             "task %s: epoch %d was superseded in Redis (now %d); stopping it",
             run.task_id,
@@ -1513,6 +1698,12 @@ class TaskRunner:
                 self.stop_grace_s,
             )
             await asyncio.to_thread(self._workers.discard, worker)
+            if run.thread is not None and not run.thread.done():
+                # Its relay ingests what the dead worker spooled: wait (briefly),
+                # so the stop reports and ships the run's last checkpoint.
+                relay = asyncio.wrap_future(run.thread)
+                relay.add_done_callback(_retrieve)
+                await asyncio.wait({relay}, timeout=5.0)
         # Ship what lingers (local durability) at once, on every stop: a fenced
         # or revoked owner's last records reach Redis before a new owner's
         # claim (which refuses them after) as soon as they can. Only a stop

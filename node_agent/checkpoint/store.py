@@ -286,6 +286,18 @@ ORDER BY t.task_id
 """
 
 
+# One task's head, as ``_TASK_HEADS``.
+_TASK_HEAD = f"""
+SELECT t.task_id, MAX(t.epoch, COALESCE(x.epoch, 0)),
+       MAX(t.last_checkpoint_seq, COALESCE(x.seq, 0)), t.last_journal_seq
+FROM tasks AS t LEFT JOIN (
+    SELECT task_id, MAX(epoch) AS epoch, MAX(seq) AS seq FROM checkpoints
+    WHERE {_TAIL} AND task_id = ?1 GROUP BY task_id
+) AS x ON x.task_id = t.task_id
+WHERE t.task_id = ?1
+"""
+
+
 def _task_rows(conn: sqlite3.Connection, task_id: str, columns: str) -> builtins.list[Any]:
     """``columns`` of every checkpoint row of a task, keyed or in the tail, unordered."""
     return conn.execute(
@@ -1280,16 +1292,20 @@ class CheckpointStore:
 
         return op
 
-    def _checkpoint_row(self, cp: Checkpoint, seq: int, parent_ref: str) -> tuple[Any, ...]:
+    def _checkpoint_row(
+        self, cp: Checkpoint, seq: int, parent_ref: str, created: int | None = None
+    ) -> tuple[Any, ...]:
         """The ``checkpoints`` row (``_INSERT_CHECKPOINT``) of ``cp`` saved as ``seq``.
 
-        Takes the next id; call with the write lock held.
+        Takes the next id; call with the write lock held. ``created`` (Unix ms)
+        defaults to now.
         """
         if self.compression is Compression.ZSTD:
             encoding, stored = encode_payload(cp.payload, True, self.compress_min_bytes)
         else:
             encoding, stored = ENCODING_RAW, cp.payload
-        created = self._clock_ms()
+        if created is None:
+            created = self._clock_ms()
         row_id = self._next_id
         self._next_id = row_id + 1
         self._tail_rows += 1
@@ -1319,6 +1335,50 @@ class CheckpointStore:
                 stored,
             ),
         )
+
+    def _ingest_op(
+        self, items: Sequence[tuple[Checkpoint, int, int]]
+    ) -> _OpFn[builtins.list[SaveOutcome | CheckpointStoreError | None]]:
+        cps = [
+            (validate_checkpoint(cp, self.max_payload_bytes), seq, created)
+            for cp, seq, created in items
+        ]
+
+        def op(
+            conn: sqlite3.Connection, heads: _Heads
+        ) -> builtins.list[SaveOutcome | CheckpointStoreError | None]:
+            out: builtins.list[SaveOutcome | CheckpointStoreError | None] = []
+            for cp, seq, created in cps:
+                task_id = cp.task_id
+                epoch, last_journal, last_seq = heads.get(conn, task_id) or (cp.epoch, 0, 0)
+                if cp.epoch < epoch:
+                    out.append(StaleEpoch(task_id, cp.epoch, epoch))
+                    continue
+                if seq <= last_seq:
+                    heads.flush(conn)
+                    row = _row_at(conn, task_id, seq)
+                    if row is not None and (row[2], row[3], row[5], row[6]) == (
+                        cp.epoch,
+                        cp.covers_journal_seq,
+                        cp.label,
+                        created,
+                    ):
+                        out.append(None)  # ingested before (its spool row outlived a crash)
+                        continue
+                if cp.covers_journal_seq > last_journal:
+                    out.append(FutureJournalSeq(task_id, cp.covers_journal_seq, last_journal))
+                    continue
+                # Its next seq: the one it was given, unless the task's head moved
+                # meanwhile (another writer of the task): then it is renumbered.
+                seq = last_seq + 1
+                heads.pending.append(self._checkpoint_row(cp, seq, "", created))
+                heads.set(task_id, (cp.epoch, last_journal, seq), write=False)
+                out.append(
+                    _save_outcome(make_ref(task_id, seq), seq, cp.covers_journal_seq, cp.terminal)
+                )
+            return out
+
+        return op
 
     def _insert_checkpoint(
         self, conn: sqlite3.Connection, cp: Checkpoint, seq: int, parent_ref: str
@@ -1705,6 +1765,40 @@ class CheckpointStore:
         """
         fn = self._save_op(checkpoint)
         return self._call(fn, _row_pages(len(checkpoint.payload)))
+
+    def ingest(
+        self, items: Sequence[tuple[Checkpoint, int, int]]
+    ) -> builtins.list[SaveOutcome | CheckpointStoreError | None]:
+        """Store checkpoints committed elsewhere under the seqs they were given, in one commit.
+
+        For checkpoints a worker process spooled (``node_agent.spool``): it
+        numbered them from the task's head (``task_head``) while it alone wrote
+        the task. Each item is ``(checkpoint, seq, created_at_ms)``, in commit
+        order; each is checked as ``save`` checks (epoch fence, covered journal)
+        and stored as the task's next seq, which is ``seq`` unless the task's
+        head moved meanwhile (then the outcome names the seq it got).
+
+        Returns:
+            Per item, in order: its ``SaveOutcome``; ``None`` when the store
+            already holds it (the same epoch, covers, label and creation time
+            at that seq: ingested before); or the refusal, not raised:
+            ``StaleEpoch`` (a newer epoch wrote the task), ``FutureJournalSeq``.
+
+        Raises:
+            InvalidArgument: a malformed checkpoint (INVALID_ARGUMENT).
+            StoreIOError: the commit failed; nothing was stored (UNAVAILABLE).
+            StoreClosed: the store is closed (UNAVAILABLE).
+        """
+        if not items:
+            return []
+        fn = self._ingest_op(items)
+        return self._call(fn, sum(_row_pages(len(cp.payload)) for cp, _, _ in items))
+
+    def task_head(self, task_id: str) -> TaskHead | None:
+        """The task's newest epoch and seqs (as ``task_heads``), or None when unknown."""
+        with self._read_txn() as conn:
+            row = conn.execute(_TASK_HEAD, (task_id,)).fetchone()
+        return TaskHead(row[0], int(row[1]), int(row[2]), int(row[3])) if row else None
 
     def append(self, task_id: str, event: bytes, *, epoch: int) -> int:
         """Append an event to a task's journal.

@@ -16,6 +16,7 @@ import concurrent.futures
 import json
 import os
 import signal
+import sqlite3
 import threading
 import time
 from pathlib import Path
@@ -25,10 +26,10 @@ import pytest
 import taskpath_workers
 
 from lazarus.v1 import agent_pb2, records_pb2
-from node_agent.checkpoint import CheckpointStore
+from node_agent.checkpoint import Checkpoint, CheckpointStore, StaleEpoch
 from node_agent.core import AgentCore, Ownership
 from node_agent.core import records as rec
-from node_agent.isolation import DEFAULT_WORKER_NICE
+from node_agent.isolation import DEFAULT_WORKER_NICE, ProcessTaskContext
 from node_agent.metrics import AgentMetrics
 from node_agent.replication import Outcome, ReplicationItem, ReplicationResult
 from node_agent.runner import (
@@ -47,6 +48,7 @@ from node_agent.sdk import (
     TaskCancelled,
     TaskContext,
 )
+from node_agent.spool import SpoolReader, SpoolWriter
 
 # ------------------------------------------------------------------ the core
 
@@ -173,12 +175,22 @@ def _runner(tmp_path: Path, app: Agent, store: CheckpointStore) -> tuple[TaskRun
     return runner, reporter
 
 
-def _assign(task_id: str, kind: str, epoch: int = 1) -> agent_pb2.Assign:
+REPLICATED = records_pb2.CHECKPOINT_DURABILITY_REPLICATED
+
+
+def _assign(
+    task_id: str,
+    kind: str,
+    epoch: int = 1,
+    durability: Any = records_pb2.CHECKPOINT_DURABILITY_UNSPECIFIED,
+) -> agent_pb2.Assign:
     return agent_pb2.Assign(
         task_id=task_id,
         epoch=epoch,
         attempt=1,
-        spec=records_pb2.TaskSpec(kind=kind, payload=b"{}", content_type="application/json"),
+        spec=records_pb2.TaskSpec(
+            kind=kind, payload=b"{}", content_type="application/json", durability=durability
+        ),
     )
 
 
@@ -538,8 +550,11 @@ def _pid_alive(pid: int) -> bool:
     return state not in ("Z", "X")
 
 
-async def _checkpointed_pid(store: CheckpointStore, task_id: str) -> int:
+async def _checkpointed_pid(runner: TaskRunner, store: CheckpointStore, task_id: str) -> int:
+    """The pid the task's handler checkpointed (its worker spools it; the agent's
+    tick, ``ingest_spools``, moves it into the store)."""
     for _ in range(500):
+        runner.ingest_spools()
         latest = store.load_latest(task_id)
         if latest is not None:
             return int(json.loads(latest.payload)["pid"])
@@ -588,7 +603,7 @@ async def test_sigkill_of_a_worker_fails_only_its_task_readably_and_retryably(
     with CheckpointStore(tmp_path / "s", durability="group") as store:
         runner, reporter = _runner(tmp_path, _process_app(), store)
         runner.start(_assign("victim", "spin"))
-        pid = await _checkpointed_pid(store, "victim")
+        pid = await _checkpointed_pid(runner, store, "victim")
         os.kill(pid, signal.SIGKILL)
         await asyncio.wait_for(reporter.done.wait(), 10)
         error = reporter.results[0]["error"]
@@ -626,7 +641,8 @@ async def test_a_worker_killed_while_its_checkpoint_is_answered_fails_readably(
             return seq
 
         runner._checkpoint_sync = checkpoint_then_kill  # type: ignore[method-assign]
-        runner.start(_assign("victim", "steps"))
+        # replicated: its checkpoints go to the agent (a local task's are spooled)
+        runner.start(_assign("victim", "steps", durability=REPLICATED))
         await asyncio.wait_for(reporter.done.wait(), 30)
         error = reporter.results[0]["error"]
         assert killed
@@ -643,8 +659,151 @@ async def test_a_stopped_handler_process_that_ignores_cancellation_is_killed(
     with CheckpointStore(tmp_path / "s", durability="group") as store:
         runner, reporter = _runner(tmp_path, _process_app(), store)
         runner.start(_assign("zombie", "spin"))
-        pid = await _checkpointed_pid(store, "zombie")
+        pid = await _checkpointed_pid(runner, store, "zombie")
         await runner.stop("zombie", 1, flush=False)  # as at a fence or a revoke
         assert not _pid_alive(pid), "the handler process outlived its stop"
         assert not reporter.results
         await runner.close()
+
+
+# ------------------------------------------------------- the checkpoint spool
+
+
+def _spooled(runner: TaskRunner, outcome: str) -> float:
+    return (
+        runner.metrics.registry.get_sample_value(
+            "lazarus_agent_spooled_checkpoints_total", {"outcome": outcome}
+        )
+        or 0.0
+    )
+
+
+async def test_a_local_tasks_checkpoints_commit_in_its_worker_not_in_the_agent(
+    tmp_path: Path,
+) -> None:
+    """No checkpoint of a local process task reaches the agent's commit path: the
+    worker spools it, and the agent ingests the spool, in order, before the result."""
+    with CheckpointStore(tmp_path / "s", durability="group") as store:
+        runner, reporter = _runner(tmp_path, _process_app(), store)
+        committed: list[bool] = []  # the ``result`` flag of every commit the agent made
+        original = runner._checkpoint_sync
+
+        def counting(run: Any, state: Any, reason: str, **kw: Any) -> int:
+            committed.append(kw.get("result", False))
+            return original(run, state, reason, **kw)
+
+        runner._checkpoint_sync = counting  # type: ignore[method-assign]
+        runner.start(_assign("t1", "steps"))
+        await asyncio.wait_for(reporter.done.wait(), 30)
+        assert committed == [True], "the agent committed only the result"
+        infos = store.list("t1")
+        assert [(i.seq, i.label) for i in infos][-1] == (4, RESULT_LABEL)
+        assert [json.loads(store.load(i.ref).payload) for i in infos[:3]] == [
+            {"i": 1},
+            {"i": 2},
+            {"i": 3},
+        ]
+        assert _spooled(runner, "ingested") == 3
+        shipped = [i.checkpoint.seq for i in runner.replicator.items if i.checkpoint]  # type: ignore[attr-defined]
+        assert shipped == [3, 4], "the newest spooled checkpoint, then the result"
+        await runner.close()
+
+
+async def test_what_a_killed_worker_spooled_is_ingested_not_lost(tmp_path: Path) -> None:
+    """A checkpoint that returned to its handler is durable: the worker's death
+    (SIGKILL before any ingestion) does not lose it; the agent ingests it."""
+    with CheckpointStore(tmp_path / "s", durability="group") as store:
+        runner, reporter = _runner(tmp_path, _process_app(), store)
+        runner.start(_assign("victim", "spin"))
+        spool_dir = tmp_path / "s" / "spool"
+        async with asyncio.timeout(30):
+            while True:  # read the spool as a bystander: the agent has not ingested it
+                rows = [r for p in spool_dir.glob("*.db") for r in SpoolReader(p).read()]
+                if rows:
+                    break
+                await asyncio.sleep(0.02)
+        assert store.load_latest("victim") is None
+        (row,) = rows
+        pid = json.loads(row.payload)["pid"]
+        os.kill(pid, signal.SIGKILL)
+        await asyncio.wait_for(reporter.done.wait(), 10)
+        latest = store.load_latest("victim")
+        assert latest is not None, "the acknowledged checkpoint was lost with its worker"
+        assert json.loads(latest.payload) == {"pid": pid}
+        assert latest.info.seq == 1
+        assert list(spool_dir.glob("*.db")) == [], "the dead worker's spool was removed"
+        await runner.close()
+
+
+async def test_an_agent_ingests_the_spools_its_previous_process_left(tmp_path: Path) -> None:
+    """Spool files found at start go into the store before anything reads it:
+    rows in order, a row ingested before a crash dropped as a duplicate, a row
+    that fails its checksum dropped and counted; then the files are deleted."""
+    data_dir = tmp_path / "s"
+    with CheckpointStore(data_dir, durability="group") as store:
+        store.save(Checkpoint("t", 1, b'{"i":0}'))  # the task's head: seq 1
+        spool = SpoolWriter(data_dir / "spool" / "worker-1.db")
+        for i in (1, 2):
+            spool.append("t", 1, 1 + i, 0, "", json.dumps({"i": i}).encode())
+        spool.close()
+        runner, _ = _runner(tmp_path, _process_app(), store)
+        assert runner.ingest_leftover_spools() == 1
+        assert [json.loads(store.load(i.ref).payload) for i in store.list("t")] == [
+            {"i": 0},
+            {"i": 1},
+            {"i": 2},
+        ]
+        assert list((data_dir / "spool").glob("*")) == []
+        await runner.close()
+    # Duplicates and corruption, through the store's ingest directly:
+    with CheckpointStore(data_dir, durability="group") as store:
+        head = store.task_head("t")
+        assert head is not None
+        assert head.last_checkpoint_seq == 3
+        (stored,) = store.ingest([(Checkpoint("t", 1, b'{"i":3}'), 4, 1000)])
+        assert stored is not None
+        assert stored.seq == 4
+        again = store.ingest([(Checkpoint("t", 1, b'{"i":3}'), 4, 1000)])
+        assert again == [None], "the same row twice is stored once"
+        (stale,) = store.ingest([(Checkpoint("t", 0, b"{}"), 5, 1001)])
+        assert isinstance(stale, StaleEpoch)
+        (moved,) = store.ingest([(Checkpoint("t", 1, b'{"i":9}'), 4, 2000)])
+        assert moved is not None
+        assert moved.seq == 5, "a different row at a taken seq is renumbered"
+
+
+async def test_a_corrupt_spool_row_is_dropped_and_counted(tmp_path: Path) -> None:
+    data_dir = tmp_path / "s"
+    with CheckpointStore(data_dir, durability="group") as store:
+        path = data_dir / "spool" / "worker-1.db"
+        spool = SpoolWriter(path)
+        spool.append("t", 1, 1, 0, "", b'{"i":1}')
+        spool.append("t", 1, 2, 0, "", b'{"i":2}')
+        spool.close()
+        with sqlite3.connect(path) as conn:
+            conn.execute("UPDATE spool SET payload = ? WHERE seq = 1", (b'{"i":7}',))
+        runner, _ = _runner(tmp_path, _process_app(), store)
+        runner.ingest_leftover_spools()
+        assert _spooled(runner, "corrupt") == 1
+        assert [json.loads(store.load(i.ref).payload) for i in store.list("t")] == [{"i": 2}]
+        await runner.close()
+
+
+def test_a_worker_whose_agent_is_gone_lapses_at_its_next_context_call() -> None:
+    """An orphaned worker (its agent SIGKILLed) commits nothing more: its
+    parent changed, so every context call and ensure_owner raise."""
+    shared = [time.monotonic() + 60, 0.0, 0.0]  # deadline far ahead, not fenced, not stopped
+    fields = {
+        "task_id": "t",
+        "kind": "k",
+        "epoch": 1,
+        "attempt": 1,
+        "payload": None,
+        "restored": None,
+        "node_id": "n",
+        "incarnation": "i",
+    }
+    ProcessTaskContext(fields, None, shared, agent_pid=os.getppid()).ensure_owner()
+    orphan = ProcessTaskContext(fields, None, shared, agent_pid=os.getppid() + 1_000_000)
+    with pytest.raises(OwnershipLapsed, match="agent process is gone"):
+        orphan.ensure_owner()

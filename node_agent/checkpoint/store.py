@@ -59,9 +59,10 @@ kept in append order and keyed later, in bulk:
 * ``checkpoint_runs``: the keys of every row with an id up to
   ``meta.keys_through``, the *keyed* rows, in *runs*: a run holds some of one
   task's keys, ``[covers_journal_seq, seq, id]`` each, as one JSON array, with
-  their least and greatest covers and seqs beside it; it is found by
-  ``task_id`` (an index) and its ``run_id``. The rows above the mark are the
-  *tail*, at most ~``_FOLD_TAIL_ROWS`` of them;
+  their least and greatest covers and seqs beside it; an index,
+  ``checkpoint_runs_by_task (task_id, max_covers, max_seq, min_covers,
+  min_seq)``, lists a task's runs by those bounds. The rows above the mark are
+  the *tail*, at most ~``_FOLD_TAIL_ROWS`` of them;
 * ``tasks``: each task's head (epoch, last journal and checkpoint seqs), one
   small row per task. A save of a task that has its row does not rewrite it:
   the saved checkpoint row carries the same epoch and seq, so the head is
@@ -72,28 +73,29 @@ kept in append order and keyed later, in bulk:
   loses none (the epoch fence included).
 
 So a save writes its row alone: a group commit of 32 saves of 1 KiB writes ~7
-WAL frames of 8 KiB (new databases use 8 KiB pages; a migrated one keeps its
-4 KiB), ~56 KiB against schema 1's ~300 KiB. Once the tail holds
+WAL frames of 8 KiB (new databases use 8 KiB pages; a migrated one keeps its 4
+KiB), ~56 KiB against schema 1's ~300 KiB. Once the tail holds
 ``_FOLD_TAIL_ROWS`` rows the writer *folds* it (``_fold_keys``): one
 ``INSERT ... SELECT ... GROUP BY task_id`` (``_FOLD_RUNS``) writes one run per
 task present in the tail, at the end of the runs table, the deferred heads are
 written and the mark moves. Schema 2 wrote one key per row, into each task's
 own leaf of a ``(task_id, covers_journal_seq, seq)`` key; a run per task and
-fold costs about a third as much (the statement alone: ~0.7 against ~2.1 ms
-per 1024 rows of 32 tasks here). The fold commits without an fsync of its own: it holds only keys
-derived from rows already durable, the next commit's fsync covers it, and a
-crash before that drops it whole, leaving those rows in the tail. A read takes
-the task's keyed rows through its runs and its tail rows by a scan of the ids
-above the mark (in one snapshot, so a fold never hides or doubles a row), and
-checks that a row is the one its key names. A load of the newest checkpoints
-(``_newest_first``) opens a run only once its greatest covers may come first,
-and a load by seq only the runs whose seqs bound it. Ops that delete rows
-rewrite the runs keying them (``_delete_checkpoints``); ``forget`` deletes the
-task's runs. Dense seqs and the refusal of stale epochs come from the task
+fold costs about a third as much (the statement alone: ~0.7 against ~2.1 ms per
+1024 rows of 32 tasks here). The fold commits without an fsync of its own: it
+holds only keys derived from rows already durable, the next commit's fsync
+covers it, and a crash before that drops it whole, leaving those rows in the
+tail. A read takes the task's keyed rows through its runs and its tail rows by
+a scan of the ids above the mark (in one snapshot, so a fold never hides or
+doubles a row), and checks that a row is the one its key names. A load of the
+newest checkpoints (``_newest_first``) takes the runs from that index, newest
+bound first, and opens one only once its ``(max_covers, max_seq)`` may come
+first; a load by seq opens only the runs whose seqs bound it. Ops that delete
+rows rewrite the runs keying them (``_delete_checkpoints``); ``forget`` deletes
+the task's runs. Dense seqs and the refusal of stale epochs come from the task
 heads, checked inside the writer as before (the writer's cache of the heads is
 always current); ``(task_id, seq)`` stays unique because only the writer
-assigns seqs (adopt refuses to write over a row it cannot verify, as schema
-1's UNIQUE constraint did).
+assigns seqs (adopt refuses to write over a row it cannot verify, as schema 1's
+UNIQUE constraint did).
 
 Older databases are migrated at open, in one transaction. Schema 1's rows are
 copied in their rowid order into the new ``checkpoints`` table and all keyed
@@ -115,6 +117,7 @@ import builtins
 import contextlib
 import fcntl
 import heapq
+import itertools
 import json
 import logging
 import os
@@ -247,7 +250,8 @@ CREATE TABLE checkpoint_runs (
     max_seq    INTEGER NOT NULL,
     keys       TEXT NOT NULL
 );
-CREATE INDEX checkpoint_runs_by_task ON checkpoint_runs (task_id);
+CREATE INDEX checkpoint_runs_by_task
+    ON checkpoint_runs (task_id, max_covers, max_seq, min_covers, min_seq);
 """
 _SCHEMA = f"""
 CREATE TABLE meta (
@@ -388,9 +392,12 @@ def _newest_first(
     """A task's checkpoint rows, newest first by (covers_journal_seq, seq), read lazily.
 
     Yields ``((covers, seq) as keyed, row)``; the caller checks the row against its key.
-    A run's keys are read once the newest key not yet yielded covers no more than
-    the run's ``max_covers`` (capped at ``max_covers``), so a load of the newest
-    row of a task whose covers grow with its seqs reads one run.
+    A run holds no key above ``(max_covers, max_seq)`` (with ``max_covers`` capped
+    at the bound asked for), so its keys are read only once the newest key not
+    yet yielded is no newer than that: a load of a task's newest row reads one
+    run when its covers and seqs grow together. Runs are taken in that order
+    from ``checkpoint_runs_by_task``, lazily, but for those whose ``max_covers``
+    reaches the cap: they are read and sorted first.
     """
     cond, args = "", (task_id,)  # type: tuple[str, tuple[Any, ...]]
     if max_covers is not None:
@@ -404,34 +411,55 @@ def _newest_first(
         )
     ]
     heapq.heapify(heap)
-    runs = conn.execute(
-        "SELECT max_covers, run_id FROM checkpoint_runs WHERE task_id = ?"
-        + ("" if max_covers is None else " AND min_covers <= ?"),
-        args,
-    ).fetchall()
-    if max_covers is not None:
-        runs = [(min(top, max_covers), run_id) for top, run_id in runs]
-    runs.sort(reverse=True)
-    opened = 0
-    while True:
-        # a run not opened holds no key above its bound; open every run whose
-        # bound reaches the heap's top, as one of its keys may come first
-        while opened < len(runs) and (not heap or runs[opened][0] >= -heap[0][0]):
-            (keys,) = conn.execute(
-                "SELECT keys FROM checkpoint_runs WHERE run_id = ?", (runs[opened][1],)
+    # runs by bound, newest first; a run's bound is (max_covers, max_seq), its
+    # covers capped at max_covers (those reaching the cap are sorted here, the
+    # rest come in index order)
+    capped: builtins.list[tuple[int, int, int]] = []
+    if max_covers is None:
+        below = conn.execute(
+            "SELECT max_covers, max_seq, run_id FROM checkpoint_runs WHERE task_id = ? "
+            "ORDER BY max_covers DESC, max_seq DESC",
+            (task_id,),
+        )
+    else:
+        capped = [
+            (max_covers, int(q), int(r))
+            for q, r in conn.execute(
+                "SELECT max_seq, run_id FROM checkpoint_runs "
+                "WHERE task_id = ?1 AND max_covers >= ?2 AND min_covers <= ?2",
+                args,
+            )
+        ]
+        capped.sort(reverse=True)
+        below = conn.execute(
+            "SELECT max_covers, max_seq, run_id FROM checkpoint_runs "
+            "WHERE task_id = ? AND max_covers < ? ORDER BY max_covers DESC, max_seq DESC",
+            args,
+        )
+    runs = itertools.chain(capped, below)
+    try:
+        run = next(runs, None)
+        while True:
+            # open every run whose bound reaches the newest key left: one of
+            # its keys may come first
+            while run is not None and (not heap or (run[0], run[1]) >= (-heap[0][0], -heap[0][1])):
+                (keys,) = conn.execute(
+                    "SELECT keys FROM checkpoint_runs WHERE run_id = ?", (run[2],)
+                ).fetchone()
+                for c, q, i in _run_keys(keys):
+                    if max_covers is None or c <= max_covers:
+                        heapq.heappush(heap, (-c, -q, i))
+                run = next(runs, None)
+            if not heap:
+                return
+            neg_covers, neg_seq, row_id = heapq.heappop(heap)
+            row = conn.execute(
+                f"SELECT {_CKPT_COLUMNS} FROM checkpoints WHERE id = ?", (row_id,)
             ).fetchone()
-            opened += 1
-            for c, q, i in _run_keys(keys):
-                if max_covers is None or c <= max_covers:
-                    heapq.heappush(heap, (-c, -q, i))
-        if not heap:
-            return
-        neg_covers, neg_seq, row_id = heapq.heappop(heap)
-        row = conn.execute(
-            f"SELECT {_CKPT_COLUMNS} FROM checkpoints WHERE id = ?", (row_id,)
-        ).fetchone()
-        if row is not None:
-            yield (-neg_covers, -neg_seq), row
+            if row is not None:
+                yield (-neg_covers, -neg_seq), row
+    finally:
+        below.close()
 
 
 def _check_key(row: tuple[Any, ...], task_id: str, seq: int, covers: int | None = None) -> None:

@@ -551,7 +551,6 @@ def test_a_malformed_run_is_reported_and_a_prune_over_it_writes_nothing(
     with CheckpointStore(d) as s:
         s.save(Checkpoint("t", 1, b"one"))
         s.save(Checkpoint("t", 1, b"two"))  # folded: one run keys both
-        s.save(Checkpoint("t", 1, b"three"))
     conn = sqlite3.connect(d / DB_FILENAME)
     with conn:
         conn.execute("UPDATE checkpoint_runs SET keys = '[[0, 1' WHERE task_id = 't'")
@@ -563,4 +562,4 @@ def test_a_malformed_run_is_reported_and_a_prune_over_it_writes_nothing(
             s.list("t")
         with pytest.raises(StoreIOError):
             s.prune("t", PrunePolicy(prune_covered_before=1))
-        assert s.verify().checkpoints == 3  # the refused prune deleted nothing
+        assert s.verify().checkpoints == 2  # the refused prune deleted nothing

@@ -1011,10 +1011,18 @@ class CheckpointStore:
         database as it was.
 
         Raises:
-            StoreIOError: the database was written by a newer schema (UNAVAILABLE).
+            StoreIOError: the database was written by a newer schema, or this
+                SQLite lacks the JSON functions the keys need (UNAVAILABLE).
             CorruptedRecord: the file is not a Lazarus checkpoint database.
         """
         conn = self._wconn
+        try:
+            conn.execute("SELECT json_group_array(json_array(1, 2)) FROM json_each('[0]')")
+        except sqlite3.OperationalError as exc:
+            raise StoreIOError(
+                f"SQLite {sqlite3.sqlite_version} lacks the JSON functions the checkpoint "
+                f"store needs (built in since 3.38): {exc}"
+            ) from exc
         conn.execute("BEGIN IMMEDIATE")
         try:
             names = {

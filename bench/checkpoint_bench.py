@@ -44,15 +44,18 @@ RESULTS = RESULTS_DIR / "checkpoint.json"
 NOTES = """\
 How to read the async rows (`CheckpointStore.aio`, `node_agent/checkpoint/store.py`):
 
-* **On-disk layout (schema 2).** Checkpoint rows are stored in append order
-  under a growing id and keyed in bulk: a *fold* adds the keys of the last
-  ~1024 rows to `checkpoint_keys (task_id, covers_journal_seq, seq) -> id` in
+* **On-disk layout (schema 3).** Checkpoint rows are stored in append order
+  under a growing id and keyed in bulk: a *fold* keys the last ~1024 rows in
   one statement, reads scan the unkeyed tail besides the keys, and a save of a
   known task defers its head row to the next fold (its checkpoint row carries
   epoch and seq). Schema 1 had two indexes led by `task_id`, so a 32-task
   group commit touched a leaf of each per task: ~75 WAL pages of 4 KiB per
-  commit; now ~7 frames of 8 KiB (new databases use 8 KiB pages). Schema 1
-  data dirs are migrated at open.
+  commit; now ~7 frames of 8 KiB (new databases use 8 KiB pages). Schema 2's
+  fold wrote one key per row into `checkpoint_keys (task_id,
+  covers_journal_seq, seq) -> id` (~2.1 ms per fold of 1024 rows of 32 tasks,
+  the statement alone); schema 3's writes one *run* per task, its keys as one
+  JSON array, at the end of `checkpoint_runs` (~0.7 ms). Schema 1 and 2 data
+  dirs are migrated at open.
 * **1 task: the save commits on the event loop.** A lone save or append of at
   most 16 KiB, made while the writer thread is idle and no other callback is
   ready on the loop, runs its transaction (fsync included) on the loop itself,
@@ -65,17 +68,23 @@ How to read the async rows (`CheckpointStore.aio`, `node_agent/checkpoint/store.
   loop hands the writer all saves made in one iteration as one queue item; the
   writer commits them (32 per batch here) with one fsync and resolves their
   futures with one loop wake-up. Where the time goes (instrumented run on
-  2026-11-25, 1 KiB, group, 32 tasks, ~37k saves/s, per save): COMMIT (the
-  fsync of ~56 KiB) ~7.2 us, the loop's turn (waking, resuming 32 coroutines,
-  their next saves) ~6.4 us, the writer's Python for the ops ~2.7 us, row
-  inserts ~2.4 us, folds ~2.1 us, WAL checkpoints ~2.1 us (every byte is
-  written twice in WAL mode), head rows ~1.3 us (before they were deferred),
-  resolving callers ~0.9 us. What caps it: the loop's and the writer's Python
-  cannot overlap under the GIL, and in this closed loop (every task awaits its
-  save) nothing is left to run during the fsync; running the batch on the loop
-  itself was not kept (writes other than a lone one stay off the loop). That
-  puts this cell at 9x to 10x SqliteSaver here (runs on 2026-11-25: 32k-40k
-  saves/s against 3.6k-4.1k), short of the 10x goal.
+  2026-11-26, 1 KiB, group, 32 tasks, ~43k saves/s, ~23 us a save): COMMIT
+  ~6.7 us (~215 us a batch, ~160 of them the fdatasync of ~7.5 WAL frames of
+  8 KiB: the database header, the table's interior page, the leaves), the
+  loop's turn (resuming 32 coroutines, their next saves) ~5.0 us and its
+  wake-up ~1.3 us, the writer's Python for the ops ~2.7 us, row inserts
+  ~2.2 us (multi-row INSERTs of up to 32 rows: ~0.35 us a row cheaper than
+  one statement step per row), WAL checkpoints ~1.8 us (every byte is written
+  twice in WAL mode), folds ~1.2 us (~2.1 us under schema 2), resolving
+  callers ~0.65 us (within the turn; the turn was ~6.4 us on 2026-11-25, and
+  `aio.save` now asks for the running loop once a save instead of twice: in
+  CPython 3.11 each ask is a `getpid()` system call). What caps it:
+  the loop's and the writer's Python cannot overlap under the GIL, and in
+  this closed loop (every task awaits its save) nothing is left to run during
+  the fsync; running the batch on the loop itself was not kept (writes other
+  than a lone one stay off the loop). Interleaved runs on 2026-11-26 (7
+  rounds of 2 s, medians): 41.4k saves/s against SqliteSaver's 3.86k, 10.7x;
+  the code before schema 3 made 37.7k (9.8x) in the same runs.
 * **Tried on 2026-11-25 and not kept** (interleaved A/B of the async 1 KiB
   group 32-task cell, medians of 3-6 runs of 2 s; per batch of 32 the
   instrumented writer spends ~200 us on ops and inserts and ~210 us in COMMIT,
@@ -94,7 +103,16 @@ How to read the async rows (`CheckpointStore.aio`, `node_agent/checkpoint/store.
   switched off (keys never written; a test only) this cell ran 15 % faster
   (40.4k against 35.1k), and 4096-row folds only 4 %: keying the rows (~1.2 us
   a row in the fold's one statement) is the largest cost left beside the
-  fsync, and it is per row, not per fold.
+  fsync, and it is per row, not per fold (hence schema 3).
+* **Tried on 2026-11-26 and not kept** (same cell, interleaved, medians of
+  5-14 runs of 2 s): runs keyed by task, `(task_id, through_id)`, instead of
+  appended (the fold's statement ~1.4 ms against ~0.7 ms a fold, and +5 %
+  saves/s against +9 % for appended runs); runs of row ids only (~0.5 ms a
+  fold, but a key would no longer name the seq and covers a read checks the
+  row against); folds every 256 or 4096 rows (37.6k, 35.5k against 38.1k);
+  WAL checkpoints every ~4000 pages (40.9k against 40.2k); resolving callers
+  right after COMMIT, before the writer's bookkeeping of the batch (36.3k
+  both).
 """
 
 PAYLOADS = {"1KiB": 1024, "256KiB": 256 * 1024}

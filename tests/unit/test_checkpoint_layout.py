@@ -1,9 +1,10 @@
-"""The checkpoint store's on-disk layout: schema 2, its migration from schema 1,
-and the keyed / tail split of the checkpoint rows (see the store's docstring)."""
+"""The checkpoint store's on-disk layout: schema 3, its migrations from schemas 1
+and 2, and the keyed / tail split of the checkpoint rows (see the store's docstring)."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 import sqlite3
 from pathlib import Path
@@ -143,11 +144,103 @@ def _schema_version(path: Path) -> int:
         conn.close()
 
 
+def _write_v2(path: Path, keyed_through: int) -> None:
+    """A schema 2 database as the schema 2 store left it: ``_write_v1``'s records,
+    the rows up to id ``keyed_through`` keyed in ``checkpoint_keys``, the rest in
+    the tail with their heads deferred (the ``tasks`` rows behind them)."""
+    _write_v1(path)
+    conn = sqlite3.connect(path / DB_FILENAME, isolation_level=None)
+    conn.execute("BEGIN")
+    for stmt in store_mod._statements(store_mod._MIGRATE_V1):
+        conn.execute(stmt)
+    conn.execute("DELETE FROM checkpoint_keys WHERE id > ?", (keyed_through,))
+    conn.execute("UPDATE meta SET value = ? WHERE key = 'keys_through'", (str(keyed_through),))
+    conn.execute(  # what the tail carries is deferred
+        "UPDATE tasks SET last_checkpoint_seq = (SELECT COALESCE(MAX(seq), 0) FROM checkpoints "
+        "AS c WHERE c.task_id = tasks.task_id AND c.id <= ?)",
+        (keyed_through,),
+    )
+    conn.execute("COMMIT")
+    assert _schema_version(path) == 2
+    conn.close()
+
+
 def test_a_schema_1_database_is_migrated_in_place_and_reads_back_whole(tmp_path: Path) -> None:
     d = tmp_path / "node"
     _write_v1(d)
+    _check_migrated(d)
+
+
+@pytest.mark.parametrize("keyed_through", [0, 3, 6])
+def test_a_schema_2_database_is_migrated_in_place_and_reads_back_whole(
+    tmp_path: Path, keyed_through: int
+) -> None:
+    d = tmp_path / "node"
+    _write_v2(d, keyed_through)
+    _check_migrated(d)
+
+
+def test_a_schema_2_task_of_many_keys_becomes_several_runs(tmp_path: Path) -> None:
+    """Migrated keys are cut into runs of at most ``_RUN_KEYS_MAX`` keys per task;
+    reads see every row through them, newest first by (covers, seq)."""
+    d = tmp_path / "node"
+    _write_v2(d, keyed_through=6)
+    n = 2 * store_mod._RUN_KEYS_MAX + 5
+    conn = sqlite3.connect(d / DB_FILENAME, isolation_level=None)
+    conn.execute("BEGIN")
+    rows = []
+    for seq in range(1, n + 1):
+        covers = seq // 2 if seq != 7 else n  # t@7 covers the most, keyed in the first run
+        checksum = record_checksum(("ckpt", "big", seq, 1, covers, False, "", 5, "", 0), b"p")
+        rows.append(("big", seq, 1, covers, 0, "", 5, "", 0, b"p", checksum))
+    conn.executemany(
+        f"INSERT INTO checkpoints ({store_mod._CKPT_COLUMNS}) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        rows,
+    )
+    conn.execute("INSERT INTO tasks VALUES ('big', 1, ?, ?)", (n, n))
+    conn.execute(
+        "INSERT INTO checkpoint_keys SELECT task_id, covers_journal_seq, seq, id FROM checkpoints "
+        "WHERE task_id = 'big'"
+    )
+    conn.execute(
+        "UPDATE meta SET value = (SELECT MAX(id) FROM checkpoints) WHERE key = 'keys_through'"
+    )
+    conn.execute("COMMIT")
+    conn.close()
     with CheckpointStore(d) as s:
-        assert _schema_version(d) == SCHEMA_VERSION == 2
+        conn = sqlite3.connect(d / DB_FILENAME)
+        sizes = [
+            r[0]
+            for r in conn.execute(
+                "SELECT json_array_length(keys) FROM checkpoint_runs WHERE task_id = 'big' "
+                "ORDER BY run_id"
+            )
+        ]
+        conn.close()
+        assert sizes == [store_mod._RUN_KEYS_MAX, store_mod._RUN_KEYS_MAX, 5]
+        latest = s.load_latest("big")
+        assert latest is not None
+        assert latest.ref == "big@7"
+        at = s.load_at_or_before("big", n - 1)
+        assert at is not None
+        assert at.ref == f"big@{n}"
+        at = s.load_at_or_before("big", 3)
+        assert at is not None
+        assert at.ref == "big@6"
+        assert s.load(f"big@{n - 2}").info.covers_journal_seq == (n - 2) // 2
+        assert len(s.list("big")) == n
+        report = s.prune("big", PrunePolicy(prune_covered_before=n // 2))
+        assert report.retained_count == n - (n // 2) * 2 + 2  # seqs from n - 1 on, and t@7
+        assert [i.seq for i in s.list("big")][:2] == [n - 1, n]
+        assert s.verify().ok
+        assert s.save(Checkpoint("big", 1, b"next", n)).seq == n + 1
+
+
+def _check_migrated(d: Path) -> None:
+    """Reads and writes of ``_write_v1``'s records after the migration at open."""
+    with CheckpointStore(d) as s:
+        assert _schema_version(d) == SCHEMA_VERSION == 3
         report = s.verify()
         assert report.ok
         assert (report.checkpoints, report.events) == (6, 6)
@@ -189,7 +282,7 @@ def test_a_schema_1_database_is_migrated_in_place_and_reads_back_whole(tmp_path:
             "a@3",
         )
     with CheckpointStore(d) as s:  # and reopening does not migrate again
-        assert _schema_version(d) == 2
+        assert _schema_version(d) == 3
         assert [i.ref for i in s.list("a")] == ["a@3", "a@2", "a@4"]
         assert s.verify().ok
 
@@ -206,7 +299,7 @@ def test_a_newer_schema_is_refused_with_a_clear_error(tmp_path: Path) -> None:
     # the refusal released the data dir: it can be opened once fixed
     conn = sqlite3.connect(d / DB_FILENAME)
     with conn:
-        conn.execute("UPDATE meta SET value = '2' WHERE key = 'schema_version'")
+        conn.execute("UPDATE meta SET value = '3' WHERE key = 'schema_version'")
     conn.close()
     CheckpointStore(d).close()
 
@@ -226,7 +319,9 @@ def _keyed_and_tail(d: Path) -> tuple[int, int]:
     conn = sqlite3.connect(d / DB_FILENAME)
     try:
         mark = int(conn.execute("SELECT value FROM meta WHERE key = 'keys_through'").fetchone()[0])
-        keyed = conn.execute("SELECT COUNT(*) FROM checkpoint_keys").fetchone()[0]
+        keyed = conn.execute(
+            "SELECT COALESCE(SUM(json_array_length(keys)), 0) FROM checkpoint_runs"
+        ).fetchone()[0]
         (below,) = conn.execute(
             "SELECT COUNT(*) FROM checkpoints WHERE id <= ?", (mark,)
         ).fetchone()
@@ -358,15 +453,15 @@ def test_a_row_under_a_key_that_is_not_its_own_is_reported_corrupt(tmp_path: Pat
         s.save(Checkpoint("u", 1, b"other"))
     conn = sqlite3.connect(d / DB_FILENAME)
     with conn:  # key every row, then point t@2's key at u's row
-        conn.execute(
-            "INSERT INTO checkpoint_keys "
-            "SELECT task_id, covers_journal_seq, seq, id FROM checkpoints"
-        )
-        conn.execute(
-            "UPDATE meta SET value = (SELECT MAX(id) FROM checkpoints) WHERE key = 'keys_through'"
-        )
+        conn.execute(store_mod._FOLD_RUNS, (0, 3))
+        conn.execute("UPDATE meta SET value = '3' WHERE key = 'keys_through'")
         (u_id,) = conn.execute("SELECT id FROM checkpoints WHERE task_id = 'u'").fetchone()
-        conn.execute("UPDATE checkpoint_keys SET id = ? WHERE task_id = 't' AND seq = 2", (u_id,))
+        (keys,) = conn.execute("SELECT keys FROM checkpoint_runs WHERE task_id = 't'").fetchone()
+        assert json.loads(keys) == [[0, 1, 1], [0, 2, 2]]
+        conn.execute(
+            "UPDATE checkpoint_runs SET keys = ? WHERE task_id = 't'",
+            (json.dumps([[0, 1, 1], [0, 2, u_id]]),),
+        )
     conn.close()
     with CheckpointStore(d) as s:
         latest = s.load_latest("t")
@@ -446,3 +541,25 @@ def test_a_fold_writes_the_deferred_heads(tmp_path: Path, monkeypatch: pytest.Mo
         s.save(Checkpoint("t", 2, b"4"))  # the 5th row: the fold after this batch
         assert _table_head(d, "t") == (2, 0, 5)
         assert _keyed_and_tail(d) == (5, 0)
+
+
+def test_a_malformed_run_is_reported_and_a_prune_over_it_writes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(store_mod, "_FOLD_TAIL_ROWS", 2)
+    d = tmp_path / "node"
+    with CheckpointStore(d) as s:
+        s.save(Checkpoint("t", 1, b"one"))
+        s.save(Checkpoint("t", 1, b"two"))  # folded: one run keys both
+    conn = sqlite3.connect(d / DB_FILENAME)
+    with conn:
+        conn.execute("UPDATE checkpoint_runs SET keys = '[[0, 1' WHERE task_id = 't'")
+    conn.close()
+    with CheckpointStore(d) as s:
+        with pytest.raises(CorruptedRecord):
+            s.load_latest("t")
+        with pytest.raises((CorruptedRecord, StoreIOError)):
+            s.list("t")
+        with pytest.raises(StoreIOError):
+            s.prune("t", PrunePolicy(prune_covered_before=1))
+        assert s.verify().checkpoints == 2  # the refused prune deleted nothing

@@ -282,3 +282,55 @@ def _alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     return True
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (ProcessLookupError, FileNotFoundError):
+        return False
+    return state not in ("Z", "X")
+
+
+async def test_an_agent_sigkilled_under_a_local_process_task_loses_no_acknowledged_checkpoint(
+    make_cluster: MakeCluster, tmp_path: Path
+) -> None:
+    """A ``local`` task in a worker process commits its checkpoints into the
+    worker's spool. SIGKILL the agent: its orphaned worker stops at its next
+    context call (its parent is gone), and the restarted agent ingests the spool
+    before anything reads its store, so the task resumes no earlier than the
+    last checkpoint its handler saw return (read from the handler's own
+    side-effect log: step ``i`` is logged after ``checkpoint({"i": i})`` returned)."""
+    effects = tmp_path / "effects.jsonl"
+    cluster = make_cluster(coordinators=1, agents=1, agent_args=APP, env=ENV)
+    await cluster.ready(30)
+    rec = await cluster.submit(
+        "spooled", "proc-steps", json.dumps({"effects": str(effects), "steps": 120}).encode()
+    )
+
+    def steps() -> list[dict[str, Any]]:
+        return [e for e in _effects(effects) if e["task"] == rec.task_id and e["event"] == "step"]
+
+    await _until("twenty steps", lambda: len(steps()) >= 20, 40)
+    agent = cluster.agents[0]
+    orphan = steps()[0]["pid"]
+    try:
+        agent.kill()  # SIGKILL: the worker is orphaned, its spool left behind
+        await _until("the orphaned worker stopped by itself", lambda: not _pid_alive(orphan), 5)
+        before = [e["i"] for e in steps() if e["pid"] == orphan]
+        restarted_at = time.time()
+        agent.start()
+        task = await _wait_done(cluster, rec.task_id, 90)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(orphan, signal.SIGKILL)
+    assert task.state == records_pb2.TASK_STATE_COMPLETED, task.last_error.message
+    after = [e for e in steps() if e["pid"] != orphan]
+    assert not [e for e in steps() if e["pid"] == orphan and e["t"] >= restarted_at]
+    # The handler logged step max(before) after checkpoint {"i": max(before)} returned.
+    resumed = min(e["i"] for e in after)
+    assert resumed >= max(before), (
+        f"resumed at step {resumed}, but checkpoint {{'i': {max(before)}}} was acknowledged"
+    )
+    assert "spool" in agent.log_path.read_text(errors="replace")

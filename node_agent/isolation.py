@@ -12,6 +12,12 @@ relay thread in the agent:
                           ◀──("ok", seq) | ("err", kind, text)──
     return value          ──("return", value)──▶ result committed, reported
 
+A ``local`` task's checkpoint makes no round trip: the worker commits it into
+its own spool file (``node_agent.spool``) and the agent ingests the spool
+later, in batches (before the run's next message on the channel at the latest).
+Its ownership checks then also ask whether the agent process is still its
+parent: a worker orphaned by an agent's crash stops at its next context call.
+
 The channel is a ``multiprocessing.Pipe`` (a local socket pair). Ownership
 is checked in the worker itself, with no round trip: each worker shares a
 small array with the agent — the fence deadline (monotonic seconds; the

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import functools
 import json
 import logging
@@ -791,29 +792,49 @@ class TaskRunner:
     # ---------------------------------------------------------------- spool
 
     def _ingest_spool(self, worker: Worker, run: _Run | None) -> None:
-        """Move what ``worker`` spooled into the store; ship ``run``'s newest to Redis.
+        """``_ingest_spools`` of one worker (a relay, before the run's next message)."""
+        self._ingest_spools([(worker, run)])
 
-        In a thread (a relay, the tick's ingestion, the start): the store commit
-        blocks. Rows are deleted from the spool only after the store committed
-        them, so a crash in between ingests them again (dropped as duplicates).
-        A row of an epoch the store has superseded is refused, and its run is
-        lost and stopped, as a ``save`` of that epoch would be.
+    def _ingest_spools(self, pairs: list[tuple[Worker, _Run | None]]) -> None:
+        """Move what the workers spooled into the store; ship each run's newest to Redis.
+
+        In a thread (a relay, the tick's ingestion, the start): one store commit
+        for all of them. Rows are deleted from a spool only after the store
+        committed them, so a crash in between ingests them again (dropped as
+        duplicates). A row of an epoch the store has superseded is refused, and
+        its run is lost and stopped, as a ``save`` of that epoch would be.
         """
-        spool = worker.spool
-        if spool is None:
-            return
-        with worker.spool_lock:
+        pairs = [(w, r) for w, r in pairs if w.spool is not None]
+        read: list[tuple[Worker, list[SpoolRow]]] = []
+        with contextlib.ExitStack() as held:
+            for worker, _ in sorted(pairs, key=lambda p: id(p[0])):
+                held.enter_context(worker.spool_lock)  # one order: no deadlock
             try:
-                rows = spool.read()
-                if not rows:
+                for worker, _ in pairs:
+                    assert worker.spool is not None
+                    rows = worker.spool.read()
+                    if rows:
+                        read.append((worker, rows))
+                if not read:
                     return
-                outcomes = self._ingest_rows(rows, spool.path)
-                spool.delete_through(rows[-1].id)
+                outcomes = self._ingest_rows(
+                    [r for _, rows in read for r in rows],
+                    ", ".join(str(w.spool.path) for w, _ in read if w.spool is not None),
+                )
+                for worker, rows in read:
+                    assert worker.spool is not None
+                    worker.spool.delete_through(rows[-1].id)
             except (CheckpointStoreError, sqlite3.Error) as exc:
-                _log.warning("spool %s: not ingested yet (%s); will retry", spool.path, exc)
+                _log.warning("spool: not ingested yet (%s); will retry", exc)
                 return
-        if run is None:
-            return
+        for _, run in pairs:
+            if run is not None:
+                self._ship_ingested(run, outcomes)
+
+    def _ship_ingested(
+        self, run: _Run, outcomes: list[tuple[SpoolRow, SaveOutcome | CheckpointStoreError | None]]
+    ) -> None:
+        """Hand ``run``'s newest ingested checkpoint to Redis and the core (a lingering record)."""
         newest: tuple[SpoolRow, SaveOutcome] | None = None
         for row, out in outcomes:
             if row.task_id != run.task_id or row.epoch != run.epoch:
@@ -824,9 +845,9 @@ class TaskRunner:
                 self._call_soon(self._lose(run, out.current_epoch))
         if newest is None:
             return
-        row, out = newest
+        row, saved = newest
         summary, record = self._saved(
-            run, out.seq, out.ref, out.covers_journal_seq, row.payload, row.label, False
+            run, saved.seq, saved.ref, saved.covers_journal_seq, row.payload, row.label, False
         )
         run.checkpoint = summary
         age_s = max(0.0, (_wall_ms() - row.created_at_ms) / 1000)
@@ -834,7 +855,7 @@ class TaskRunner:
         self._ship(
             run,
             item,
-            out.seq,
+            saved.seq,
             0,
             summary=summary,
             t_sent=time.monotonic() - age_s,
@@ -842,7 +863,7 @@ class TaskRunner:
         )
 
     def _ingest_rows(
-        self, rows: list[SpoolRow], path: Path
+        self, rows: list[SpoolRow], path: Path | str
     ) -> list[tuple[SpoolRow, SaveOutcome | CheckpointStoreError | None]]:
         """Commit spool rows to the store (one transaction); log what it refused."""
         intact = [r for r in rows if r.intact]
@@ -923,7 +944,7 @@ class TaskRunner:
         interval = max(0.0, getattr(self.replicator, "linger_s", 0.0) - HANDOFF_HOLD_MARGIN_S)
         if now < self._ingested_s + interval:
             return
-        pairs = [
+        pairs: list[tuple[Worker, _Run | None]] = [
             (run.worker, run)
             for run in self._runs.values()
             if run.worker is not None and run.worker.spool is not None
@@ -935,8 +956,7 @@ class TaskRunner:
 
         def ingest() -> None:
             try:
-                for worker, run in pairs:
-                    self._ingest_spool(worker, run)
+                self._ingest_spools(pairs)
             finally:
                 self._ingesting = False
 

@@ -163,19 +163,12 @@ class SpoolWriter:
         """Commit one checkpoint durably (returns after the fsync)."""
         created = time.time_ns() // 1_000_000
         crc = spool_checksum(task_id, epoch, seq, covers, label, created, payload)
-        conn = self._conn
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            conn.execute(
-                "INSERT INTO spool (task_id, epoch, seq, covers_journal_seq, label, "
-                "created_at_ms, payload, checksum) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (task_id, epoch, seq, covers, label, created, payload, crc),
-            )
-            conn.execute("COMMIT")
-        except BaseException:
-            with contextlib.suppress(sqlite3.Error):
-                conn.execute("ROLLBACK")
-            raise
+        # One statement in autocommit mode: its own transaction, fsynced at its end.
+        self._conn.execute(
+            "INSERT INTO spool (task_id, epoch, seq, covers_journal_seq, label, "
+            "created_at_ms, payload, checksum) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (task_id, epoch, seq, covers, label, created, payload, crc),
+        )
 
     def close(self) -> None:
         """Close the file."""

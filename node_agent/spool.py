@@ -56,6 +56,8 @@ from pathlib import Path
 
 import google_crc32c
 
+from lazarus.storage.errors import StoreIOError
+
 __all__ = [
     "SPOOL_DIRNAME",
     "SpoolReader",
@@ -160,15 +162,25 @@ class SpoolWriter:
     def append(
         self, task_id: str, epoch: int, seq: int, covers: int, label: str, payload: bytes
     ) -> None:
-        """Commit one checkpoint durably (returns after the fsync)."""
+        """Commit one checkpoint durably (returns after the fsync).
+
+        Raises:
+            StoreIOError: the commit failed (a full disk, an I/O error); nothing
+                was saved.
+        """
         created = time.time_ns() // 1_000_000
         crc = spool_checksum(task_id, epoch, seq, covers, label, created, payload)
         # One statement in autocommit mode: its own transaction, fsynced at its end.
-        self._conn.execute(
-            "INSERT INTO spool (task_id, epoch, seq, covers_journal_seq, label, "
-            "created_at_ms, payload, checksum) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            (task_id, epoch, seq, covers, label, created, payload, crc),
-        )
+        try:
+            self._conn.execute(
+                "INSERT INTO spool (task_id, epoch, seq, covers_journal_seq, label, "
+                "created_at_ms, payload, checksum) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (task_id, epoch, seq, covers, label, created, payload, crc),
+            )
+        except sqlite3.Error as exc:
+            raise StoreIOError(
+                f"{self.path}: checkpoint commit failed, nothing of it was saved: {exc}"
+            ) from exc
 
     def close(self) -> None:
         """Close the file."""

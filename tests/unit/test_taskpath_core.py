@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 import taskpath_workers
 
+from lazarus.storage.errors import StoreIOError
 from lazarus.v1 import agent_pb2, records_pb2
 from node_agent.checkpoint import Checkpoint, CheckpointStore, StaleEpoch
 from node_agent.core import AgentCore, Ownership
@@ -807,3 +808,14 @@ def test_a_worker_whose_agent_is_gone_lapses_at_its_next_context_call() -> None:
     orphan = ProcessTaskContext(fields, None, shared, agent_pid=os.getppid() + 1_000_000)
     with pytest.raises(OwnershipLapsed, match="agent process is gone"):
         orphan.ensure_owner()
+
+
+def test_a_spool_commit_that_fails_says_so_and_saves_nothing(tmp_path: Path) -> None:
+    """A failed spooled checkpoint (a full disk, an I/O error) raises a
+    StoreIOError naming the spool into the handler; nothing of it is stored."""
+    spool = SpoolWriter(tmp_path / "w.db")
+    spool._conn.execute("PRAGMA query_only=1")  # every write now fails, as on a full disk
+    with pytest.raises(StoreIOError, match="nothing of it was saved"):
+        spool.append("t", 1, 1, 0, "", b"{}")
+    spool.close()
+    assert SpoolReader(tmp_path / "w.db").read() == []

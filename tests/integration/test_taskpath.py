@@ -277,14 +277,7 @@ async def test_process_isolation_sigkill_of_one_worker_and_no_handler_past_the_f
 
 
 def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
-
-def _pid_alive(pid: int) -> bool:
+    """True while ``pid`` runs: a dead child not yet reaped (state Z) runs nothing."""
     try:
         os.kill(pid, 0)
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
@@ -317,7 +310,7 @@ async def test_an_agent_sigkilled_under_a_local_process_task_loses_no_acknowledg
     orphan = steps()[0]["pid"]
     try:
         agent.kill()  # SIGKILL: the worker is orphaned, its spool left behind
-        await _until("the orphaned worker stopped by itself", lambda: not _pid_alive(orphan), 5)
+        await _until("the orphaned worker stopped by itself", lambda: not _alive(orphan), 5)
         before = [e["i"] for e in steps() if e["pid"] == orphan]
         restarted_at = time.time()
         agent.start()

@@ -174,9 +174,6 @@ def _wall_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-_encode = encode_json
-
-
 @dataclass(eq=False)
 class _Run:
     task_id: str
@@ -601,7 +598,7 @@ class TaskRunner:
     ) -> tuple[bytes | None, records_pb2.TaskError | None]:
         """The handler's return value as result bytes, or the error that replaces it."""
         try:
-            body = _encode(value, "result")
+            body = encode_json(value, "result")
         except TypeError as exc:
             code = records_pb2.TASK_ERROR_CODE_RESULT_NOT_SERIALIZABLE
             return None, self._error(run, exc, retryable=False, code=code)
@@ -712,7 +709,8 @@ class TaskRunner:
             "journal_seq": run.journal_seq,
             "max_payload_bytes": self.max_payload_bytes,
         }
-        if run.local and worker.spool is not None:
+        spooled = run.local and worker.spool is not None
+        if spooled:
             # The worker commits this run's checkpoints into its spool, numbered
             # from the task's head: only it writes the task's checkpoints now.
             head = self.store.task_head(run.task_id)
@@ -741,7 +739,7 @@ class TaskRunner:
                 except (EOFError, OSError):
                     raise died() from None
                 op = msg[0]
-                if op in ("record", "return", "raise"):
+                if spooled and op in ("record", "return", "raise"):
                     # What the worker spooled before this goes first: the store,
                     # Redis and the result see the run's checkpoints in order.
                     self._ingest_spool(worker, run)
@@ -784,7 +782,8 @@ class TaskRunner:
                 run.worker = None
             # A checkpoint the worker spooled before it died (killed at a stop,
             # OOM, a crash) returned to its handler: it is the store's now.
-            self._ingest_spool(worker, run)
+            if spooled:
+                self._ingest_spool(worker, run)
             if worker.spool is not None and not worker.alive():
                 worker.spool.remove()
             raise
@@ -1184,7 +1183,7 @@ class TaskRunner:
 
     async def _checkpoint(self, run: _Run, state: Any, reason: str) -> int:
         t0 = time.monotonic()
-        payload = _encode(state, "checkpoint state")
+        payload = encode_json(state, "checkpoint state")
         if len(payload) > self.max_payload_bytes:
             raise ValueError(
                 f"checkpoint state is {len(payload)} bytes, over the limit of "
@@ -1299,7 +1298,7 @@ class TaskRunner:
         if result:
             payload = state
         else:
-            payload = _encode(state, "checkpoint state")
+            payload = encode_json(state, "checkpoint state")
             if len(payload) > self.max_payload_bytes:
                 raise ValueError(
                     f"checkpoint state is {len(payload)} bytes, over the limit of "
@@ -1348,7 +1347,7 @@ class TaskRunner:
     def _record_sync(self, run: _Run, event: Any) -> int:
         """``ctx.record`` of a sync handler, by the short path of ``_checkpoint_sync``."""
         self._ensure(run)
-        payload = _encode(event, "journal event")
+        payload = encode_json(event, "journal event")
         if len(payload) > self.max_payload_bytes:
             raise ValueError(
                 f"journal event is {len(payload)} bytes, over the limit of {self.max_payload_bytes}"
@@ -1522,7 +1521,7 @@ class TaskRunner:
             )
 
     async def _record(self, run: _Run, event: Any) -> int:
-        payload = _encode(event, "journal event")
+        payload = encode_json(event, "journal event")
         if len(payload) > self.max_payload_bytes:
             raise ValueError(
                 f"journal event is {len(payload)} bytes, over the limit of {self.max_payload_bytes}"

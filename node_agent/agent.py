@@ -58,6 +58,7 @@ from node_agent.core import (
 )
 from node_agent.core.records import LineageReport
 from node_agent.core.redisloss import generation_reset
+from node_agent.isolation import WorkerRedis
 from node_agent.metrics import AgentMetrics
 from node_agent.replication import RedisCheckpointReplica, ReplicationObserver, Replicator
 from node_agent.runner import TaskRunner
@@ -292,6 +293,9 @@ class NodeAgent:
             default_isolation=s.isolation,
             slots=s.slots,
             worker_nice=s.worker_nice,
+            worker_redis=WorkerRedis(
+                s.redis_url, s.redis_password, s.redis_ca_file, replica.prefix
+            ),
         )
         # Checkpoints the worker processes of an earlier run of this agent
         # committed (and acknowledged) go into the store before anyone reads it.

@@ -18,6 +18,20 @@ later, in batches (before the run's next message on the channel at the latest).
 Its ownership checks then also ask whether the agent process is still its
 parent: a worker orphaned by an agent's crash stops at its next context call.
 
+A ``replicated`` task's checkpoint (when the agent gave its workers Redis,
+``WorkerRedis``) makes no round trip to the agent either: the worker spools
+it, then writes it to Redis itself, through the agent's script and fence (the
+agent's incarnation as owner, the run's epoch;
+``lazarus.storage.replica.BlockingCheckpointReplica``), and returns after
+Redis's answer. It tells the agent through the shared array which seq Redis
+holds (the agent reports it as replicated when it ingests the row). Any other
+answer (Redis unreachable, a STALE fence, a hole in Redis's journal) sends the
+worker back to the agent: ``("replicate", seq)`` makes the agent ingest the
+spool and ship that checkpoint through its ``Replicator`` (retries with
+backoff, the run lost on STALE, a re-ship on a hole), and the worker waits
+for that answer, as before. After a failure the worker uses that path for
+``DIRECT_BACKOFF_S`` before it tries Redis again.
+
 The channel is a ``multiprocessing.Pipe`` (a local socket pair). Ownership
 is checked in the worker itself, with no round trip: each worker shares a
 small array with the agent — the fence deadline (monotonic seconds; the
@@ -55,9 +69,22 @@ import time
 import traceback
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from lazarus.storage.keys import DEFAULT_PREFIX
+from lazarus.storage.replica import (
+    BlockingCheckpointReplica,
+    Outcome,
+    ReplicationItem,
+)
+from lazarus.v1 import records_pb2
+from node_agent.checkpoint.model import make_ref
 from node_agent.sdk import (
     FencingToken,
     OwnershipLapsed,
@@ -67,9 +94,60 @@ from node_agent.sdk import (
 )
 from node_agent.spool import SpoolReader, SpoolWriter, encode_json
 
-__all__ = ["ProcessTaskContext", "Worker", "WorkerDied", "WorkerPool"]
+__all__ = [
+    "DIRECT_BACKOFF_S",
+    "ProcessTaskContext",
+    "Worker",
+    "WorkerDied",
+    "WorkerPool",
+    "WorkerRedis",
+    "replicated_through",
+]
 
-_DEADLINE, _FENCED, _STOPPED = 0, 1, 2
+_DEADLINE, _FENCED, _STOPPED, _REPLICATED = 0, 1, 2, 3
+
+DIRECT_BACKOFF_S = 5.0
+"""After a failed write of its own to Redis, how long a worker leaves writes to the agent, s."""
+
+_JSON = "application/json"
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerRedis:
+    """Where a worker process writes ``replicated`` checkpoints itself (the agent's Redis).
+
+    Attributes:
+        url: ``redis://`` or ``rediss://`` URL.
+        password: AUTH password ("" = none, or the one in the URL).
+        ca_file: PEM CA bundle verifying a ``rediss://`` server ("" = system roots).
+        prefix: the key prefix (``lazarus.storage.keys``).
+        timeout_s: connect and read timeout of a write, seconds; a write that
+            times out goes to the agent instead.
+    """
+
+    url: str
+    password: str = ""
+    ca_file: str = ""
+    prefix: str = DEFAULT_PREFIX
+    timeout_s: float = 2.0
+
+    def __repr__(self) -> str:  # no password in logs
+        return f"WorkerRedis(url={self.url!r}, prefix={self.prefix!r})"
+
+    def connect(self, owner: str) -> BlockingCheckpointReplica:
+        """A blocking replica writing as ``owner`` (connects lazily)."""
+        kwargs: dict[str, Any] = {
+            "socket_timeout": self.timeout_s,
+            "socket_connect_timeout": self.timeout_s,
+            "retry": Retry(NoBackoff(), 0),  # no retry here: the agent's path retries
+        }
+        if self.password:
+            kwargs["password"] = self.password
+        if self.ca_file:
+            kwargs["ssl_ca_certs"] = self.ca_file
+        client = redis.Redis.from_url(self.url, **kwargs)
+        return BlockingCheckpointReplica(client, prefix=self.prefix, owner=owner)
+
 
 DEFAULT_WORKER_NICE = 10
 """How much lower than the agent's a worker's CPU priority is (``nice`` increment, 0..19)."""
@@ -84,20 +162,26 @@ class Worker:
 
     With ``spool_path``, the worker commits ``local`` checkpoints into that
     spool file itself (``node_agent.spool``); ``spool`` is the agent's reader
-    of it, used under ``spool_lock``.
+    of it, used under ``spool_lock``. With ``redis`` too, it also spools
+    ``replicated`` checkpoints and writes them to Redis itself (``replicates``).
     """
 
     def __init__(
-        self, mp: Any, nice: int = DEFAULT_WORKER_NICE, spool_path: Path | None = None
+        self,
+        mp: Any,
+        nice: int = DEFAULT_WORKER_NICE,
+        spool_path: Path | None = None,
+        redis: WorkerRedis | None = None,
     ) -> None:
         self.conn, child = mp.Pipe(duplex=True)
-        self.shared = mp.Array("d", 3, lock=False)
+        self.shared = mp.Array("d", 4, lock=False)
         self.shared[_DEADLINE] = math.nan
         self.spool = SpoolReader(spool_path) if spool_path is not None else None
         self.spool_lock = threading.Lock()
+        self.replicates = redis is not None and spool_path is not None
         self.process: multiprocessing.process.BaseProcess = mp.Process(
             target=_worker_main,
-            args=(child, self.shared, nice, spool_path, os.getpid()),
+            args=(child, self.shared, nice, spool_path, os.getpid(), redis),
             name="lazarus-worker",
             daemon=True,
         )
@@ -146,14 +230,21 @@ class WorkerPool:
         nice: each worker's ``nice`` increment over the agent's (0..19).
         spool_dir: where workers keep their checkpoint spools (None: no spool;
             every checkpoint goes to the agent).
+        redis: where workers write ``replicated`` checkpoints themselves (None:
+            those go to the agent; needs ``spool_dir``).
     """
 
     def __init__(
-        self, size: int, nice: int = DEFAULT_WORKER_NICE, spool_dir: Path | None = None
+        self,
+        size: int,
+        nice: int = DEFAULT_WORKER_NICE,
+        spool_dir: Path | None = None,
+        redis: WorkerRedis | None = None,
     ) -> None:
         self.size = size
         self.nice = nice
         self.spool_dir = spool_dir
+        self.redis = redis
         self._mp = multiprocessing.get_context("spawn")
         self._idle: list[Worker] = []
         self._busy: set[Worker] = set()
@@ -165,7 +256,7 @@ class WorkerPool:
     def prestart(self, count: int) -> None:
         """Start ``count`` idle workers now (blocking; call from a thread)."""
         for _ in range(count):
-            worker = Worker(self._mp, self.nice, self._spool_path())
+            worker = Worker(self._mp, self.nice, self._spool_path(), self.redis)
             self._publish_to(worker)
             with self._lock:
                 if self._closed or len(self._idle) >= self.size:
@@ -188,9 +279,10 @@ class WorkerPool:
                 if worker.alive():
                     self._busy.add(worker)
                     worker.shared[_STOPPED] = 0.0
+                    worker.shared[_REPLICATED] = 0.0  # seqs of the new run start over
                     return worker
                 worker.kill()
-        worker = Worker(self._mp, self.nice, self._spool_path())
+        worker = Worker(self._mp, self.nice, self._spool_path(), self.redis)
         self._publish_to(worker)
         with self._lock:
             self._busy.add(worker)
@@ -240,6 +332,15 @@ def stop_run(worker: Worker) -> None:
     worker.shared[_STOPPED] = 1.0
 
 
+def replicated_through(worker: Worker) -> int:
+    """The highest seq of the worker's current run that it wrote to Redis itself (0: none).
+
+    Read after the spool rows it qualifies: the worker sets it after Redis's
+    answer, so a row read earlier and at or below it is in Redis.
+    """
+    return int(worker.shared[_REPLICATED])
+
+
 # ----------------------------------------------------------------- the worker
 
 
@@ -248,9 +349,12 @@ class ProcessTaskContext:
 
     Same attributes and blocking methods. ``checkpoint`` of a ``local`` task
     commits into this worker's spool (``node_agent.spool``), with no message to
-    the agent; ``record``, and ``checkpoint`` of a ``replicated`` task, go over
-    the local channel to the agent, which commits them by its short path.
-    ``shared`` and ``crdt_state`` are not available in a worker process.
+    the agent; one of a ``replicated`` task too, then writes it to Redis (the
+    agent's ``direct`` replica) and only on a failure asks the agent to ship
+    it. ``record`` goes over the local channel to the agent, which commits it
+    by its short path; so do checkpoints the agent did not number for the
+    worker (no spool). ``shared`` and ``crdt_state`` are not available in a
+    worker process.
     """
 
     def __init__(
@@ -260,6 +364,7 @@ class ProcessTaskContext:
         shared: Any,
         spool: SpoolWriter | None = None,
         agent_pid: int | None = None,
+        direct: _Direct | None = None,
     ) -> None:
         self.task_id: str = fields["task_id"]
         self.kind: str = fields["kind"]
@@ -278,6 +383,8 @@ class ProcessTaskContext:
         self._seq: int = fields.get("spool_from_seq") or 0
         self._journal_seq: int = fields.get("journal_seq", 0)
         self._max_payload_bytes: int = fields.get("max_payload_bytes", 0)
+        # A replicated run's spooled checkpoints go to Redis from here.
+        self._direct = direct if self._spool is not None and fields.get("replicate") else None
 
     def _owner(self, *, new_effect: bool = True) -> None:
         deadline = self._shared[_DEADLINE]
@@ -319,10 +426,50 @@ class ProcessTaskContext:
                 f"{self._max_payload_bytes}"
             )
         seq = self._seq + 1
-        self._spool.append(self.task_id, self.epoch, seq, self._journal_seq, reason[:128], payload)
+        label = reason[:128]
+        created = self._spool.append(
+            self.task_id, self.epoch, seq, self._journal_seq, label, payload
+        )
         self._seq = seq
+        if self._direct is not None and not self._replicate(seq, label, payload, created):
+            # Redis did not take it from us: the agent ships it (retries, STALE, holes).
+            return int(self._call("replicate", seq))
         self._owner(new_effect=False)
         return seq
+
+    def _replicate(self, seq: int, label: str, payload: bytes, created_ms: int) -> bool:
+        """Write the spooled checkpoint ``seq`` to Redis; True when Redis holds it."""
+        assert self._direct is not None
+        replica = self._direct.replica(self._incarnation)
+        if replica is None:
+            return False
+        record = records_pb2.CheckpointRecord(
+            task_id=self.task_id,
+            epoch=self.epoch,
+            seq=seq,
+            covers_journal_seq=self._journal_seq,
+            checkpoint_ref=make_ref(self.task_id, seq),
+            terminal=False,
+            label=label,
+            payload=payload,
+            encoding=records_pb2.PAYLOAD_ENCODING_RAW,
+            content_type=_JSON,
+            decoded_bytes=len(payload),
+            created_at_unix_ms=created_ms,
+            node_id=self.node_id,
+            incarnation=self._incarnation,
+        )
+        try:
+            result = replica.write(
+                ReplicationItem(self.task_id, self.epoch, self.node_id, checkpoint=record)
+            )
+        except Exception:  # unreachable, timed out, script error: the agent's path
+            self._direct.failed()
+            return False
+        if result.outcome is Outcome.STALE or result.gap:
+            return False  # the agent decides: the run is lost, or Redis lost data
+        self._shared[_REPLICATED] = float(seq)
+        return True
 
     def record(self, event: Any) -> int:
         """As ``TaskContext.record``, blocking."""
@@ -373,13 +520,44 @@ _ERRORS: dict[str, type[BaseException]] = {
 }
 
 
+class _Direct:
+    """A worker's own Redis client (made at its first ``replicated`` checkpoint)."""
+
+    def __init__(self, target: WorkerRedis) -> None:
+        self._target = target
+        self._replica: BlockingCheckpointReplica | None = None
+        self._off_until = 0.0
+
+    def replica(self, owner: str) -> BlockingCheckpointReplica | None:
+        """The replica, or None while backing off after a failure."""
+        if time.monotonic() < self._off_until:
+            return None
+        if self._replica is None:
+            self._replica = self._target.connect(owner)
+        return self._replica
+
+    def failed(self) -> None:
+        """A write failed: leave writes to the agent for ``DIRECT_BACKOFF_S``."""
+        self._off_until = time.monotonic() + DIRECT_BACKOFF_S
+        if self._replica is not None:
+            with contextlib.suppress(Exception):
+                self._replica.close()
+            self._replica = None
+
+
 def _worker_main(  # pragma: no cover - in the worker
-    conn: Any, shared: Any, nice: int, spool_path: Path | None = None, agent_pid: int | None = None
+    conn: Any,
+    shared: Any,
+    nice: int,
+    spool_path: Path | None = None,
+    agent_pid: int | None = None,
+    redis_target: WorkerRedis | None = None,
 ) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the agent decides when a worker ends
     if nice > 0:
         os.nice(nice)  # lowering one's own priority needs no privilege
     spool = SpoolWriter(spool_path) if spool_path is not None else None
+    direct = _Direct(redis_target) if redis_target is not None else None
     while True:
         try:
             msg = conn.recv()
@@ -388,7 +566,7 @@ def _worker_main(  # pragma: no cover - in the worker
         if msg[0] != "run":
             continue
         fn: Callable[[Any], Any] = msg[1]
-        ctx = ProcessTaskContext(msg[2], conn, shared, spool, agent_pid)
+        ctx = ProcessTaskContext(msg[2], conn, shared, spool, agent_pid, direct)
         try:
             value = fn(ctx)
         except BaseException as exc:  # reported to the agent, which decides

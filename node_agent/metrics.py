@@ -65,10 +65,17 @@ class AgentMetrics:
         )
         self.spooled_checkpoints = Counter(
             "lazarus_agent_spooled_checkpoints_total",
-            "Checkpoints worker processes committed into their spool (isolation=process, "
-            "durability=local), by what ingesting them into the store did: ingested, "
+            "Checkpoints worker processes committed into their spool (isolation=process), "
+            "by what ingesting them into the store did: ingested, "
             "duplicate (ingested before a crash), refused (stale epoch), corrupt (bad checksum).",
             ["outcome"],
+            registry=r,
+        )
+        self.worker_replication_fallbacks = Counter(
+            "lazarus_agent_worker_replication_fallbacks_total",
+            "Checkpoints of replicated tasks a worker process could not write to Redis itself "
+            "(Redis unreachable or slow, a STALE fence, a hole in Redis's journal), so the "
+            "agent shipped them; a worker then leaves its writes to the agent for 5 s.",
             registry=r,
         )
         self.checkpoint_bytes = Histogram(

@@ -58,6 +58,7 @@ from node_agent.checkpoint import (
     SaveOutcome,
     StaleEpoch,
     StoredCheckpoint,
+    StoreIOError,
 )
 from node_agent.core import Ownership
 from node_agent.core.redisloss import DataLoss, judge_resume
@@ -73,6 +74,8 @@ from node_agent.isolation import (
     Worker,
     WorkerDied,
     WorkerPool,
+    WorkerRedis,
+    replicated_through,
     stop_run,
 )
 from node_agent.metrics import AgentMetrics
@@ -198,6 +201,8 @@ class _Run:
     restored: bool = False  # _restore returned: the local store holds its state
     data_loss: DataLoss | None = None  # the acknowledged state was found nowhere
     reshipping: bool = False  # a re-ship after Redis lost data is queued
+    # The newest spooled checkpoint the agent shipped itself: (seq, its future).
+    spool_ship: tuple[int, concurrent.futures.Future[Any]] | None = None
 
     @property
     def local(self) -> bool:
@@ -345,6 +350,8 @@ class TaskRunner:
         stop_grace_s: how long a stop waits for the handler before reporting it stopped.
         redis_retry_s: pause between two attempts to reach Redis while restoring.
         shared: the agent's shared documents (``ctx.shared``); None: none.
+        worker_redis: where worker processes write ``replicated`` checkpoints
+            themselves (``isolation="process"``); None: the agent does.
     """
 
     def __init__(
@@ -367,8 +374,10 @@ class TaskRunner:
         default_isolation: IsolationName = "thread",
         slots: int = 8,
         worker_nice: int = DEFAULT_WORKER_NICE,
+        worker_redis: WorkerRedis | None = None,
     ) -> None:
         self.app = app
+        self.worker_redis = worker_redis
         self.default_isolation: IsolationName = default_isolation
         self.slots = slots
         self.worker_nice = worker_nice
@@ -427,7 +436,9 @@ class TaskRunner:
         if self._workers is None:
             data_dir = getattr(self.store, "data_dir", None)
             spool_dir = Path(data_dir) / SPOOL_DIRNAME if data_dir is not None else None
-            self._workers = WorkerPool(self.slots, self.worker_nice, spool_dir)
+            self._workers = WorkerPool(
+                self.slots, self.worker_nice, spool_dir, self.worker_redis if spool_dir else None
+            )
             self._workers.publish(self._ownership.deadline_s, self._ownership.fenced)
         return self._workers
 
@@ -709,12 +720,14 @@ class TaskRunner:
             "journal_seq": run.journal_seq,
             "max_payload_bytes": self.max_payload_bytes,
         }
-        spooled = run.local and worker.spool is not None
+        spooled = worker.spool is not None and (run.local or worker.replicates)
         if spooled:
             # The worker commits this run's checkpoints into its spool, numbered
-            # from the task's head: only it writes the task's checkpoints now.
+            # from the task's head: only it writes the task's checkpoints now. A
+            # replicated run's it also writes to Redis (node_agent.isolation).
             head = self.store.task_head(run.task_id)
             fields["spool_from_seq"] = head.last_checkpoint_seq if head is not None else 0
+            fields["replicate"] = not run.local
         conn = worker.conn
 
         def died() -> WorkerDied:
@@ -739,11 +752,18 @@ class TaskRunner:
                 except (EOFError, OSError):
                     raise died() from None
                 op = msg[0]
-                if spooled and op in ("record", "return", "raise"):
+                if spooled and op in ("record", "return", "raise", "replicate"):
                     # What the worker spooled before this goes first: the store,
                     # Redis and the result see the run's checkpoints in order.
                     self._ingest_spool(worker, run)
-                if op in ("checkpoint", "record"):
+                if op == "replicate":
+                    try:
+                        self._replicate_spooled(run, msg[1])
+                    except Exception as exc:
+                        send(("err", type(exc).__name__, str(exc)))
+                    else:
+                        send(("ok", msg[1]))
+                elif op in ("checkpoint", "record"):
                     try:
                         if op == "checkpoint":
                             seq = self._checkpoint_sync(run, msg[1], msg[2])
@@ -794,6 +814,25 @@ class TaskRunner:
         """``_ingest_spools`` of one worker (a relay, before the run's next message)."""
         self._ingest_spools([(worker, run)])
 
+    def _replicate_spooled(self, run: _Run, seq: int) -> None:
+        """A worker's own write of spooled checkpoint ``seq`` to Redis failed: ship it
+        from here and wait for Redis (a relay; the spool was just ingested).
+
+        Raises:
+            TaskCancelled: Redis refused the run's epoch (the run is lost).
+            StoreIOError: the checkpoint is not in the store yet (the ingestion
+                failed; it is retried); the handler's checkpoint call fails.
+        """
+        self.metrics.worker_replication_fallbacks.inc()
+        shipped = run.spool_ship
+        if shipped is None or shipped[0] < seq:
+            raise StoreIOError(
+                f"task {run.task_id!r}: spooled checkpoint {seq} is not in the store yet; "
+                "see the agent's log (spool: not ingested yet)"
+            )
+        self._wait_replicated(run, shipped[1])
+        self._ensure(run)
+
     def _ingest_spools(self, pairs: list[tuple[Worker, _Run | None]]) -> None:
         """Move what the workers spooled into the store; ship each run's newest to Redis.
 
@@ -826,14 +865,25 @@ class TaskRunner:
             except (CheckpointStoreError, sqlite3.Error) as exc:
                 _log.warning("spool: not ingested yet (%s); will retry", exc)
                 return
-        for _, run in pairs:
-            if run is not None:
-                self._ship_ingested(run, outcomes)
+            # Still under the locks: a relay that asks for a run's newest ship
+            # (``_replicate_spooled``) sees it once its rows left the spool.
+            for worker, run in pairs:
+                if run is not None:
+                    self._ship_ingested(run, outcomes, replicated_through(worker))
 
     def _ship_ingested(
-        self, run: _Run, outcomes: list[tuple[SpoolRow, SaveOutcome | CheckpointStoreError | None]]
+        self,
+        run: _Run,
+        outcomes: list[tuple[SpoolRow, SaveOutcome | CheckpointStoreError | None]],
+        replicated: int = 0,
     ) -> None:
-        """Hand ``run``'s newest ingested checkpoint to Redis and the core (a lingering record)."""
+        """Hand ``run``'s newest ingested checkpoint to Redis and the core.
+
+        A ``local`` run's goes as a lingering record. A ``replicated`` run's
+        worker wrote it to Redis itself when its seq is at most ``replicated``
+        (``replicated_through``, read after the rows): then only the core
+        hears of it, as replicated; otherwise it is shipped now.
+        """
         newest: tuple[SpoolRow, SaveOutcome] | None = None
         for row, out in outcomes:
             if row.task_id != run.task_id or row.epoch != run.epoch:
@@ -849,9 +899,23 @@ class TaskRunner:
             run, saved.seq, saved.ref, saved.covers_journal_seq, row.payload, row.label, False
         )
         run.checkpoint = summary
+        if not run.local and saved.seq == row.seq <= replicated:
+            if self._loop is not None:
+                self._loop.call_soon_threadsafe(
+                    functools.partial(
+                        self.reporter.progress,
+                        run.task_id,
+                        run.epoch,
+                        checkpoint=summary,
+                        journal_seq=run.journal_seq,
+                        replicated_checkpoint_seq=saved.seq,
+                        local=False,
+                    )
+                )
+            return
         age_s = max(0.0, (_wall_ms() - row.created_at_ms) / 1000)
         item = ReplicationItem(run.task_id, run.epoch, self.node_id, checkpoint=record)
-        self._ship(
+        fut = self._ship(
             run,
             item,
             saved.seq,
@@ -860,6 +924,7 @@ class TaskRunner:
             t_sent=time.monotonic() - age_s,
             linger=run.lingers(terminal=False),
         )
+        run.spool_ship = (row.seq, fut)
 
     def _ingest_rows(
         self, rows: list[SpoolRow], path: Path | str

@@ -161,8 +161,11 @@ class SpoolWriter:
 
     def append(
         self, task_id: str, epoch: int, seq: int, covers: int, label: str, payload: bytes
-    ) -> None:
+    ) -> int:
         """Commit one checkpoint durably (returns after the fsync).
+
+        Returns:
+            The row's creation time, Unix ms (what the agent's copy will carry).
 
         Raises:
             StoreIOError: the commit failed (a full disk, an I/O error); nothing
@@ -181,6 +184,7 @@ class SpoolWriter:
             raise StoreIOError(
                 f"{self.path}: checkpoint commit failed, nothing of it was saved: {exc}"
             ) from exc
+        return created
 
     def close(self) -> None:
         """Close the file."""

@@ -38,6 +38,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import redis
 import redis.asyncio
 import redis.exceptions
 
@@ -50,6 +51,7 @@ __all__ = [
     "MAX_SAFE_INT",
     "REPLICATE_LUA",
     "RETRYABLE_ERRORS",
+    "BlockingCheckpointReplica",
     "CheckpointReplica",
     "ClaimBatcher",
     "Outcome",
@@ -59,6 +61,7 @@ __all__ = [
     "ReplicationResult",
     "absorbs",
     "task_keys",
+    "write_args",
 ]
 
 _log = logging.getLogger("lazarus.replication")
@@ -367,6 +370,38 @@ def _parse_reply(reply: Any) -> ReplicationResult:
     return ReplicationResult(Outcome(_text(reply[0])), int(_text(reply[1])), gap)
 
 
+def write_args(item: ReplicationItem, *, owner: str, now_ms: int) -> list[str | bytes]:
+    """ARGV of :data:`REPLICATE_LUA`'s ``write`` for ``item`` (events, then the checkpoint).
+
+    Args:
+        item: what to write (validated at construction).
+        owner: the writing process's incarnation, part of the fence ("" for none).
+        now_ms: the writer's wall clock for ``head.updated_ms``, Unix ms.
+    """
+    args: list[str | bytes] = [
+        "write",
+        str(item.epoch),
+        item.node_id,
+        str(now_ms),
+        owner,
+        str(len(item.events)),
+    ]
+    for ev in item.events:
+        args += [str(ev.seq), str(ev.epoch), ev.SerializeToString(deterministic=True)]
+    c = item.checkpoint
+    if c is None:
+        args.append("0")
+    else:
+        args += [
+            "1",
+            str(c.seq),
+            str(c.epoch),
+            str(c.covers_journal_seq),
+            c.SerializeToString(deterministic=True),
+        ]
+    return args
+
+
 class CheckpointReplica(Protocol):
     """What :class:`Replicator` needs of a replica (tests pass a fake)."""
 
@@ -420,28 +455,7 @@ class RedisCheckpointReplica:
         return task_keys(task_id, self._prefix)
 
     def _write_args(self, item: ReplicationItem) -> list[str | bytes]:
-        args: list[str | bytes] = [
-            "write",
-            str(item.epoch),
-            item.node_id,
-            str(self._now_ms()),
-            self._owner,
-            str(len(item.events)),
-        ]
-        for ev in item.events:
-            args += [str(ev.seq), str(ev.epoch), ev.SerializeToString(deterministic=True)]
-        c = item.checkpoint
-        if c is None:
-            args.append("0")
-        else:
-            args += [
-                "1",
-                str(c.seq),
-                str(c.epoch),
-                str(c.covers_journal_seq),
-                c.SerializeToString(deterministic=True),
-            ]
-        return args
+        return write_args(item, owner=self._owner, now_ms=self._now_ms())
 
     async def _evalsha_many(
         self, calls: Sequence[tuple[Sequence[str], Sequence[str | bytes]]]
@@ -675,6 +689,61 @@ class RedisCheckpointReplica:
             pipe.zrange(journal_key, 0, -1)
             head_raw, ckpt_raw, journal_raw = await pipe.execute()
         return _remote_state(task_id, head_raw, ckpt_raw, journal_raw)
+
+
+class BlockingCheckpointReplica:
+    """The ``write`` of :class:`RedisCheckpointReplica` for a blocking caller.
+
+    A worker process (``isolation="process"``, ``node_agent.isolation``) writes
+    a ``replicated`` task's checkpoint to Redis itself through this, with the
+    same script, keys and fence (the agent's incarnation as ``owner``), instead
+    of asking the agent to. It does not retry: a caller that gets an error
+    hands the write to the agent's :class:`node_agent.replication.Replicator`,
+    which retries with backoff and keeps order.
+
+    Args:
+        client: a ``redis.Redis`` (bytes replies); its timeouts bound ``write``.
+        prefix: key prefix, default ``"lazarus"``.
+        owner: the writing process's incarnation (see :class:`RedisCheckpointReplica`).
+        now_ms: wall clock for ``head.updated_ms``, Unix ms.
+    """
+
+    def __init__(
+        self,
+        client: redis.Redis,
+        *,
+        prefix: str = DEFAULT_PREFIX,
+        owner: str = "",
+        now_ms: Callable[[], int] = _wall_ms,
+    ) -> None:
+        if not prefix:
+            raise InvalidArgument("prefix", "must not be empty")
+        self._client = client
+        self._prefix = prefix
+        self._owner = owner
+        self._now_ms = now_ms
+        self._script = client.register_script(REPLICATE_LUA)
+
+    def write(self, item: ReplicationItem) -> ReplicationResult:
+        """Write one item atomically; see :meth:`RedisCheckpointReplica.write`.
+
+        A NOSCRIPT reply loads the script and sends the call once more (redis-py's
+        ``Script``; the script is idempotent per record).
+
+        Raises:
+            redis.exceptions.ConnectionError, redis.exceptions.TimeoutError:
+                Redis unreachable; the write may or may not have happened.
+            redis.exceptions.ResponseError: the script failed.
+        """
+        reply = self._script(
+            keys=task_keys(item.task_id, self._prefix),
+            args=write_args(item, owner=self._owner, now_ms=self._now_ms()),
+        )
+        return _parse_reply(reply)
+
+    def close(self) -> None:
+        """Close the client's connections."""
+        self._client.close()
 
 
 def _remote_state(

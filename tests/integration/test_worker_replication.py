@@ -1,0 +1,230 @@
+"""A worker process writes a ``replicated`` checkpoint to Redis itself (real Redis).
+
+``isolation="process"`` and ``durability="replicated"``: the worker spools the
+checkpoint (fsync), writes it to Redis through the agent's script and fence,
+and returns after Redis's answer; the agent ingests the spool later and
+reports the checkpoint as replicated. Any other answer sends the checkpoint
+through the agent's Replicator. The promise is read from outside: the handler
+itself reads Redis right after ``checkpoint`` returned.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import time
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis.asyncio
+import replicated_workers
+
+from lazarus.v1 import agent_pb2, records_pb2
+from node_agent.checkpoint import CheckpointStore
+from node_agent.core import Ownership
+from node_agent.isolation import WorkerRedis
+from node_agent.metrics import AgentMetrics
+from node_agent.replication import RedisCheckpointReplica, Replicator
+from node_agent.runner import RESULT_LABEL, TaskRunner
+from node_agent.sdk import Agent
+
+pytestmark = pytest.mark.timeout(120)
+
+INCARNATION = "inc-wr"
+
+
+class _Reporter:
+    def __init__(self) -> None:
+        self.results: list[dict[str, Any]] = []
+        self.progressed: list[dict[str, Any]] = []
+        self.lost_to: list[int] = []
+        self.done = asyncio.Event()
+
+    async def started(self, task_id: str, epoch: int, started: Any) -> None:
+        pass
+
+    def progress(self, task_id: str, epoch: int, **fields: Any) -> None:
+        self.progressed.append(fields)
+
+    async def finished(self, task_id: str, epoch: int, **fields: Any) -> None:
+        self.results.append(fields)
+        self.done.set()
+
+    async def stopped(self, task_id: str, epoch: int, **fields: Any) -> None:
+        self.done.set()
+
+    async def lost(self, task_id: str, epoch: int, current_epoch: int) -> None:
+        self.lost_to.append(current_epoch)
+        self.done.set()
+
+
+def _app() -> Agent:
+    app = Agent("wr")
+    app.task("read-redis", isolation="process")(replicated_workers.checkpoint_and_read_redis)
+    app.task("wait", isolation="process")(replicated_workers.checkpoint_wait_checkpoint)
+    return app
+
+
+def _assign(task_id: str, kind: str, payload: dict[str, Any], epoch: int = 1) -> agent_pb2.Assign:
+    return agent_pb2.Assign(
+        task_id=task_id,
+        epoch=epoch,
+        attempt=1,
+        spec=records_pb2.TaskSpec(
+            kind=kind,
+            payload=json.dumps(payload).encode(),
+            content_type="application/json",
+            durability=records_pb2.CHECKPOINT_DURABILITY_REPLICATED,
+        ),
+    )
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class _Node:
+    def __init__(self, runner: TaskRunner, reporter: _Reporter, store: CheckpointStore) -> None:
+        self.runner = runner
+        self.reporter = reporter
+        self.store = store
+
+    def fallbacks(self) -> float:
+        value = self.runner.metrics.registry.get_sample_value(
+            "lazarus_agent_worker_replication_fallbacks_total"
+        )
+        return value or 0.0
+
+
+@pytest.fixture
+async def make_node(redis_server: Any, tmp_path: Path) -> AsyncIterator[Any]:
+    made: list[tuple[TaskRunner, Replicator, CheckpointStore, redis.asyncio.Redis]] = []
+
+    async def make(prefix: str, worker_url: str) -> _Node:
+        client = redis.asyncio.Redis.from_url(redis_server.url, socket_timeout=5)
+        replica = RedisCheckpointReplica(client, prefix=prefix, owner=INCARNATION)
+        replicator = Replicator(replica, linger_s=0.5)
+        await replicator.start()
+        store = CheckpointStore(tmp_path / f"store-{len(made)}", durability="group")
+        reporter = _Reporter()
+        runner = TaskRunner(
+            app=_app(),
+            store=store,
+            replica=replica,
+            replicator=replicator,
+            reporter=reporter,
+            node_id="n1",
+            incarnation=INCARNATION,
+            default_durability="replicated",
+            max_payload_bytes=1 << 16,
+            metrics=AgentMetrics(),
+            stop_grace_s=0.5,
+            slots=2,
+            worker_redis=WorkerRedis(worker_url, prefix=prefix),
+        )
+        runner.ownership = Ownership(time.monotonic() + 3600)
+        made.append((runner, replicator, store, client))
+        return _Node(runner, reporter, store)
+
+    yield make
+    for runner, replicator, store, client in made:
+        await runner.close()
+        await replicator.close()
+        store.close()
+        await client.aclose()
+
+
+async def test_a_replicated_checkpoint_is_in_redis_when_the_worker_returns_it(
+    redis_server: Any, make_node: Any
+) -> None:
+    """Redis holds every checkpoint when ``checkpoint`` returns (the handler reads
+    it), and not one of them went through the agent's commit path."""
+    prefix = f"wr{uuid.uuid4().hex[:8]}"
+    node = await make_node(prefix, redis_server.url)
+    committed: list[bool] = []  # the ``result`` flag of every commit the agent made
+    original = node.runner._checkpoint_sync
+
+    def counting(run: Any, state: Any, reason: str, **kw: Any) -> int:
+        committed.append(kw.get("result", False))
+        return original(run, state, reason, **kw)
+
+    node.runner._checkpoint_sync = counting
+    payload = {"steps": 5, "redis_url": redis_server.url, "prefix": prefix}
+    node.runner.start(_assign("t1", "read-redis", payload))
+    await asyncio.wait_for(node.reporter.done.wait(), 60)
+    result = node.reporter.results[0]["result"]
+    assert result is not None, node.reporter.results
+    seen = json.loads(result.payload)
+    assert [s for s, _ in seen] == [1, 2, 3, 4, 5]
+    for seq, in_redis in seen:
+        assert in_redis >= seq, f"checkpoint {seq} returned while Redis held {in_redis}"
+    assert committed == [True], "the agent committed only the result"
+    assert node.fallbacks() == 0
+    infos = node.store.list("t1")
+    assert [i.seq for i in infos] == [1, 2, 3, 4, 5, 6]
+    assert infos[-1].label == RESULT_LABEL
+    # The agent reports what the worker replicated as replicated (the leader's
+    # evidence of what Redis must hold).
+    replicated = [
+        f["replicated_checkpoint_seq"]
+        for f in node.reporter.progressed
+        if "replicated_checkpoint_seq" in f
+    ]
+    assert replicated
+    assert max(replicated) >= 5
+
+
+async def test_a_worker_that_cannot_reach_redis_hands_its_checkpoints_to_the_agent(
+    redis_server: Any, make_node: Any
+) -> None:
+    """The worker's own Redis is unreachable: each checkpoint still returns only once
+    Redis holds it, shipped by the agent, and each such hand-off is counted."""
+    prefix = f"wr{uuid.uuid4().hex[:8]}"
+    node = await make_node(prefix, f"redis://127.0.0.1:{_closed_port()}/0")
+    payload = {"steps": 3, "redis_url": redis_server.url, "prefix": prefix}
+    node.runner.start(_assign("t2", "read-redis", payload))
+    await asyncio.wait_for(node.reporter.done.wait(), 60)
+    result = node.reporter.results[0]["result"]
+    assert result is not None, node.reporter.results
+    seen = json.loads(result.payload)
+    assert [s for s, _ in seen] == [1, 2, 3]
+    for seq, in_redis in seen:
+        assert in_redis >= seq, f"checkpoint {seq} returned while Redis held {in_redis}"
+    assert node.fallbacks() == 3
+
+
+async def test_a_checkpoint_fenced_in_redis_does_not_return_and_the_run_is_lost(
+    redis_server: Any, make_node: Any, tmp_path: Path
+) -> None:
+    """A newer epoch claimed the task in Redis between two checkpoints: the
+    worker's write is refused (STALE), the handler's checkpoint raises, and the
+    agent learns that the run is lost."""
+    prefix = f"wr{uuid.uuid4().hex[:8]}"
+    node = await make_node(prefix, redis_server.url)
+    go, outcome = tmp_path / "go", tmp_path / "outcome"
+    payload = {"go": str(go), "outcome": str(outcome)}
+    node.runner.start(_assign("t3", "wait", payload))
+    client = redis.asyncio.Redis.from_url(redis_server.url, socket_timeout=5)
+    try:
+        async with asyncio.timeout(30):
+            while not await client.hget(f"{prefix}:{{t3}}:head", "ckpt_seq"):
+                await asyncio.sleep(0.02)
+        other = RedisCheckpointReplica(client, prefix=prefix, owner="inc-new-owner")
+        claimed = await other.claim("t3", 2, "n2")
+        assert claimed.current_epoch == 2
+        go.write_text("")
+        await asyncio.wait_for(node.reporter.done.wait(), 30)
+        async with asyncio.timeout(10):  # the handler writes it after the agent's answer
+            while not outcome.exists():
+                await asyncio.sleep(0.02)
+        assert json.loads(outcome.read_text()) == ["raised", "TaskCancelled"]
+        assert node.reporter.lost_to == [2]
+        assert int(await client.hget(f"{prefix}:{{t3}}:head", "ckpt_seq") or 0) == 1
+    finally:
+        await client.aclose()

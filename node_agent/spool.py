@@ -34,6 +34,11 @@ a row whose seq is not the next one (a bug: logged and counted); a row at or
 below the store's head is one already ingested (a crash between the store's
 commit and the spool's delete) and is dropped.
 
+A ``replicated`` task's checkpoints are spooled the same way; the worker then
+writes each to Redis itself and tells the agent, through its shared array,
+which seq Redis holds (``node_agent.isolation``): the agent reports those as
+replicated when it ingests them, and ships any other row itself.
+
 The spool lives in ``<data_dir>/spool/``, one file per worker process. An
 agent that starts ingests every file it finds there before anything else reads
 its store, then deletes them: a checkpoint a worker of a crashed agent

@@ -18,6 +18,11 @@ later, in batches (before the run's next message on the channel at the latest).
 Its ownership checks then also ask whether the agent process is still its
 parent: a worker orphaned by an agent's crash stops at its next context call.
 
+A ``local`` task's newest checkpoint, too, goes from the worker to Redis, at
+most every ``direct_every_s`` (the agent's linger minus a margin) and without
+waiting on a failure: the agent no longer ships those rows itself, only a
+newest row no worker write covered within that time.
+
 A ``replicated`` task's checkpoint (when the agent gave its workers Redis,
 ``WorkerRedis``) makes no round trip to the agent either: the worker spools
 it, then writes it to Redis itself, through the agent's script and fence (the
@@ -383,8 +388,14 @@ class ProcessTaskContext:
         self._seq: int = fields.get("spool_from_seq") or 0
         self._journal_seq: int = fields.get("journal_seq", 0)
         self._max_payload_bytes: int = fields.get("max_payload_bytes", 0)
-        # A replicated run's spooled checkpoints go to Redis from here.
-        self._direct = direct if self._spool is not None and fields.get("replicate") else None
+        # A replicated run's spooled checkpoints go to Redis from here, each
+        # before ``checkpoint`` returns; a local run's newest at most every
+        # ``direct_every_s`` (the agent ships what this leaves behind).
+        self._replicated: bool = bool(fields.get("replicate"))
+        self._direct_every: float | None = fields.get("direct_every_s")
+        wants = self._replicated or self._direct_every is not None
+        self._direct = direct if self._spool is not None and wants else None
+        self._direct_at = -math.inf
 
     def _owner(self, *, new_effect: bool = True) -> None:
         deadline = self._shared[_DEADLINE]
@@ -431,9 +442,17 @@ class ProcessTaskContext:
             self.task_id, self.epoch, seq, self._journal_seq, label, payload
         )
         self._seq = seq
-        if self._direct is not None and not self._replicate(seq, label, payload, created):
-            # Redis did not take it from us: the agent ships it (retries, STALE, holes).
-            return int(self._call("replicate", seq))
+        if self._direct is not None:
+            if self._replicated:
+                if not self._replicate(seq, label, payload, created):
+                    # Redis did not take it from us: the agent ships it (retries,
+                    # STALE, holes) and answers once Redis holds it.
+                    return int(self._call("replicate", seq))
+            elif self._direct_every is not None:
+                now = time.monotonic()
+                if now - self._direct_at >= self._direct_every:
+                    self._direct_at = now
+                    self._replicate(seq, label, payload, created)  # best effort
         self._owner(new_effect=False)
         return seq
 

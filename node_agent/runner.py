@@ -203,6 +203,9 @@ class _Run:
     reshipping: bool = False  # a re-ship after Redis lost data is queued
     # The newest spooled checkpoint the agent shipped itself: (seq, its future).
     spool_ship: tuple[int, concurrent.futures.Future[Any]] | None = None
+    # The newest ingested checkpoint of a local run, left for its worker to
+    # write to Redis: (row, stored seq, summary, record); see _ship_pending.
+    spool_pending: tuple[Any, int, Any, Any] | None = None
 
     @property
     def local(self) -> bool:
@@ -728,6 +731,8 @@ class TaskRunner:
             head = self.store.task_head(run.task_id)
             fields["spool_from_seq"] = head.last_checkpoint_seq if head is not None else 0
             fields["replicate"] = not run.local
+            if run.local and worker.replicates:
+                fields["direct_every_s"] = self._direct_every_s()
         conn = worker.conn
 
         def died() -> WorkerDied:
@@ -811,8 +816,16 @@ class TaskRunner:
     # ---------------------------------------------------------------- spool
 
     def _ingest_spool(self, worker: Worker, run: _Run | None) -> None:
-        """``_ingest_spools`` of one worker (a relay, before the run's next message)."""
+        """``_ingest_spools`` of one worker (a relay, before the run's next message, or
+        after its worker died); a deferred newest checkpoint no worker write
+        covered is shipped now (the run may end before the tick would)."""
         self._ingest_spools([(worker, run)])
+        if run is None:
+            return
+        with self._handoff_lock:
+            pending, run.spool_pending = run.spool_pending, None
+        if pending is not None and not replicated_through(worker) >= pending[0].seq == pending[1]:
+            self._ship_spooled(run, *pending)
 
     def _replicate_spooled(self, run: _Run, seq: int) -> None:
         """A worker's own write of spooled checkpoint ``seq`` to Redis failed: ship it
@@ -833,7 +846,13 @@ class TaskRunner:
         self._wait_replicated(run, shipped[1])
         self._ensure(run)
 
-    def _ingest_spools(self, pairs: list[tuple[Worker, _Run | None]]) -> None:
+    def _direct_every_s(self) -> float:
+        """How often a worker writes a local run's newest checkpoint to Redis itself, s."""
+        return max(0.0, getattr(self.replicator, "linger_s", 0.0) - HANDOFF_HOLD_MARGIN_S)
+
+    def _ingest_spools(
+        self, pairs: list[tuple[Worker, _Run | None]], *, defer: bool = False
+    ) -> None:
         """Move what the workers spooled into the store; ship each run's newest to Redis.
 
         In a thread (a relay, the tick's ingestion, the start): one store commit
@@ -869,20 +888,31 @@ class TaskRunner:
             # (``_replicate_spooled``) sees it once its rows left the spool.
             for worker, run in pairs:
                 if run is not None:
-                    self._ship_ingested(run, outcomes, replicated_through(worker))
+                    self._ship_ingested(
+                        run,
+                        outcomes,
+                        replicated_through(worker),
+                        defer=defer and run.local and worker.replicates,
+                    )
 
     def _ship_ingested(
         self,
         run: _Run,
         outcomes: list[tuple[SpoolRow, SaveOutcome | CheckpointStoreError | None]],
         replicated: int = 0,
+        *,
+        defer: bool = False,
     ) -> None:
         """Hand ``run``'s newest ingested checkpoint to Redis and the core.
 
-        A ``local`` run's goes as a lingering record. A ``replicated`` run's
-        worker wrote it to Redis itself when its seq is at most ``replicated``
-        (``replicated_through``, read after the rows): then only the core
-        hears of it, as replicated; otherwise it is shipped now.
+        When the run's worker wrote it to Redis itself (its seq is at most
+        ``replicated``, ``replicated_through`` read after the rows), only the
+        core hears of it, as replicated. Otherwise a ``replicated`` run's is
+        shipped now, and a ``local`` run's as a lingering record; with
+        ``defer`` (the tick, while the worker writes a local run's newest
+        checkpoint to Redis itself every ``direct_every_s``) it is kept as the
+        run's ``spool_pending`` instead, shipped by ``_ship_pending`` only if no
+        worker write covered it by the time it would have lingered out.
         """
         newest: tuple[SpoolRow, SaveOutcome] | None = None
         for row, out in outcomes:
@@ -899,32 +929,74 @@ class TaskRunner:
             run, saved.seq, saved.ref, saved.covers_journal_seq, row.payload, row.label, False
         )
         run.checkpoint = summary
-        if not run.local and saved.seq == row.seq <= replicated:
-            if self._loop is not None:
-                self._loop.call_soon_threadsafe(
-                    functools.partial(
-                        self.reporter.progress,
-                        run.task_id,
-                        run.epoch,
-                        checkpoint=summary,
-                        journal_seq=run.journal_seq,
-                        replicated_checkpoint_seq=saved.seq,
-                        local=False,
-                    )
-                )
+        in_redis = saved.seq == row.seq <= replicated
+        if in_redis or defer:
+            with self._handoff_lock:
+                run.spool_pending = None if in_redis else (row, saved.seq, summary, record)
+            self._report_soon(run, summary, replicated=saved.seq if in_redis else None)
             return
+        with self._handoff_lock:
+            run.spool_pending = None
+        self._ship_spooled(run, row, saved.seq, summary, record)
+
+    def _ship_spooled(
+        self,
+        run: _Run,
+        row: SpoolRow,
+        seq: int,
+        summary: records_pb2.CheckpointSummary,
+        record: records_pb2.CheckpointRecord,
+    ) -> None:
         age_s = max(0.0, (_wall_ms() - row.created_at_ms) / 1000)
         item = ReplicationItem(run.task_id, run.epoch, self.node_id, checkpoint=record)
         fut = self._ship(
             run,
             item,
-            saved.seq,
+            seq,
             0,
             summary=summary,
             t_sent=time.monotonic() - age_s,
             linger=run.lingers(terminal=False),
         )
         run.spool_ship = (row.seq, fut)
+
+    def _report_soon(
+        self, run: _Run, summary: records_pb2.CheckpointSummary, *, replicated: int | None
+    ) -> None:
+        """Tell the core of a spooled checkpoint (from a thread; ``progress`` runs on the loop)."""
+        if self._loop is None:
+            return
+        fields: dict[str, Any] = {
+            "checkpoint": summary,
+            "journal_seq": run.journal_seq,
+            "local": run.local,
+        }
+        if replicated is not None:
+            fields["replicated_checkpoint_seq"] = replicated
+        self._loop.call_soon_threadsafe(
+            functools.partial(self.reporter.progress, run.task_id, run.epoch, **fields)
+        )
+
+    def _ship_pending(self) -> None:
+        """Ship each run's deferred newest checkpoint (``spool_pending``) that no worker
+        write covered by the time it would have lingered out (on the loop, each tick)."""
+        due_s = max(0.0, getattr(self.replicator, "linger_s", 0.0) - HANDOFF_HOLD_MARGIN_S)
+        now_ms = _wall_ms()
+        ship = []
+        with self._handoff_lock:
+            for run in self._runs.values():
+                pending = run.spool_pending
+                if pending is None:
+                    continue
+                row, seq = pending[0], pending[1]
+                worker = run.worker
+                if worker is not None and replicated_through(worker) >= row.seq == seq:
+                    run.spool_pending = None  # the worker wrote it (or a newer one)
+                elif worker is None or now_ms - row.created_at_ms >= due_s * 1000:
+                    run.spool_pending = None
+                    ship.append((run, pending))
+        for run, (row, seq, summary, record) in ship:
+            self._ship_spooled(run, row, seq, summary, record)
 
     def _ingest_rows(
         self, rows: list[SpoolRow], path: Path | str
@@ -1002,7 +1074,10 @@ class TaskRunner:
     def ingest_spools(self) -> None:
         """Ingest the running workers' spools, at most every ``linger_s - margin``
         (on the loop; the agent's tick calls it, the work runs in a thread)."""
-        if self._workers is None or self._ingesting:
+        if self._workers is None:
+            return
+        self._ship_pending()
+        if self._ingesting:
             return
         now = time.monotonic()
         interval = max(0.0, getattr(self.replicator, "linger_s", 0.0) - HANDOFF_HOLD_MARGIN_S)
@@ -1020,7 +1095,7 @@ class TaskRunner:
 
         def ingest() -> None:
             try:
-                self._ingest_spools(pairs)
+                self._ingest_spools(pairs, defer=True)
             finally:
                 self._ingesting = False
 

@@ -50,3 +50,20 @@ def checkpoint_wait_checkpoint(ctx: Any) -> str:
         raise
     Path(ctx.payload["outcome"]).write_text(json.dumps(["returned", ""]))
     return "done"
+
+
+def burst_then_long_step(ctx: Any) -> str:
+    """Five quick checkpoints, then a long step (no checkpoint) announced in ``marker``."""
+    for i in range(5):
+        ctx.checkpoint({"i": i + 1})
+    Path(ctx.payload["marker"]).write_text(str(time.time()))
+    time.sleep(ctx.payload["long_s"])
+    return "done"
+
+
+def checkpoint_slowly(ctx: Any) -> str:
+    """``steps`` checkpoints, ``every_s`` apart (longer than the worker's write interval)."""
+    for i in range(ctx.payload["steps"]):
+        ctx.checkpoint({"i": i + 1})
+        time.sleep(ctx.payload["every_s"])
+    return "done"

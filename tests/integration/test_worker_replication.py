@@ -66,10 +66,21 @@ def _app() -> Agent:
     app = Agent("wr")
     app.task("read-redis", isolation="process")(replicated_workers.checkpoint_and_read_redis)
     app.task("wait", isolation="process")(replicated_workers.checkpoint_wait_checkpoint)
+    app.task("burst", isolation="process")(replicated_workers.burst_then_long_step)
+    app.task("slow", isolation="process")(replicated_workers.checkpoint_slowly)
     return app
 
 
-def _assign(task_id: str, kind: str, payload: dict[str, Any], epoch: int = 1) -> agent_pb2.Assign:
+LOCAL = records_pb2.CHECKPOINT_DURABILITY_LOCAL
+
+
+def _assign(
+    task_id: str,
+    kind: str,
+    payload: dict[str, Any],
+    epoch: int = 1,
+    durability: Any = records_pb2.CHECKPOINT_DURABILITY_REPLICATED,
+) -> agent_pb2.Assign:
     return agent_pb2.Assign(
         task_id=task_id,
         epoch=epoch,
@@ -78,7 +89,7 @@ def _assign(task_id: str, kind: str, payload: dict[str, Any], epoch: int = 1) ->
             kind=kind,
             payload=json.dumps(payload).encode(),
             content_type="application/json",
-            durability=records_pb2.CHECKPOINT_DURABILITY_REPLICATED,
+            durability=durability,
         ),
     )
 
@@ -228,3 +239,71 @@ async def test_a_checkpoint_fenced_in_redis_does_not_return_and_the_run_is_lost(
         assert int(await client.hget(f"{prefix}:{{t3}}:head", "ckpt_seq") or 0) == 1
     finally:
         await client.aclose()
+
+
+async def _redis_seq(client: redis.asyncio.Redis, prefix: str, task_id: str) -> int:
+    return int(await client.hget(f"{prefix}:{{{task_id}}}:head", "ckpt_seq") or 0)
+
+
+async def test_a_local_tasks_newest_checkpoint_reaches_redis_within_the_linger_in_a_long_step(
+    redis_server: Any, make_node: Any, tmp_path: Path
+) -> None:
+    """A local task's worker writes its newest checkpoint to Redis at most every
+    0.4 s; the ones it skipped before a long step are shipped by the agent once
+    they would have lingered out: Redis holds checkpoint 5 well before the step
+    ends, not only with the result."""
+    prefix = f"wr{uuid.uuid4().hex[:8]}"
+    node = await make_node(prefix, redis_server.url)
+    marker = tmp_path / "marker"
+    payload = {"marker": str(marker), "long_s": 6.0}
+    node.runner.start(_assign("t4", "burst", payload, durability=LOCAL))
+    client = redis.asyncio.Redis.from_url(redis_server.url, socket_timeout=5)
+    tick = asyncio.get_running_loop().create_task(_ticks(node.runner))
+    try:
+        async with asyncio.timeout(30):
+            while not marker.exists():
+                await asyncio.sleep(0.02)
+        checkpointed_at = float(marker.read_text())
+        async with asyncio.timeout(3):  # linger 0.5 s, ingestion every 0.4 s
+            while await _redis_seq(client, prefix, "t4") < 5:
+                await asyncio.sleep(0.02)
+        assert time.time() - checkpointed_at < 3
+        assert not node.reporter.done.is_set(), "the step (6 s) is still running"
+    finally:
+        tick.cancel()
+        await client.aclose()
+
+
+async def test_a_local_tasks_checkpoints_go_to_redis_from_its_worker_not_the_agent(
+    redis_server: Any, make_node: Any
+) -> None:
+    """Checkpoints 0.6 s apart: the worker writes each to Redis itself, and the
+    agent ships none of them (only the result)."""
+    prefix = f"wr{uuid.uuid4().hex[:8]}"
+    node = await make_node(prefix, redis_server.url)
+    shipped: list[int] = []
+    submit = node.runner.replicator.submit
+
+    async def recording(item: Any, **kw: Any) -> Any:
+        if item.checkpoint is not None:
+            shipped.append(item.checkpoint.seq)
+        return await submit(item, **kw)
+
+    node.runner.replicator.submit = recording
+    tick = asyncio.get_running_loop().create_task(_ticks(node.runner))
+    try:
+        payload = {"steps": 4, "every_s": 0.6}
+        node.runner.start(_assign("t5", "slow", payload, durability=LOCAL))
+        await asyncio.wait_for(node.reporter.done.wait(), 60)
+    finally:
+        tick.cancel()
+    assert node.reporter.results[0]["result"] is not None
+    assert shipped == [5], f"the agent shipped {shipped}, expected only the result (5)"
+
+
+async def _ticks(runner: TaskRunner) -> None:
+    """The agent's tick, as far as spools go (node_agent/agent.py: every 50 ms)."""
+    while True:
+        runner.ingest_spools()
+        runner.drain_handoff(hold=True)
+        await asyncio.sleep(0.05)

@@ -70,7 +70,9 @@ ends with a placement round (``coordinator.core.placement``) when something
 changed that could let a PENDING task run.
 
 **Progress is flushed, state changes are written at once.** A Checkpointed
-update of a task already RUNNING changes only its checkpoint fields: the core
+update of a task already RUNNING changes only its checkpoint fields (the
+record's first checkpoint and first replicated one excepted: written at once,
+so etcd never shows "none" for long where the leader has some): the core
 applies it in memory, acks it, and writes all such records together on the
 first tick ``progress_flush_interval_s`` (1 s) after the oldest of them
 (``_flush_progress``): one etcd transaction per interval, not one per task
@@ -1420,7 +1422,15 @@ class CoordinatorCore:
             ):
                 return UpdateOutcome.DUPLICATE, ""
             # Progress of a task already RUNNING is written with the next flush
-            # (see _flush_progress); ASSIGNED -> RUNNING is a state change: now.
+            # (see _flush_progress). Written now: ASSIGNED -> RUNNING (a state
+            # change), and a record's first checkpoint or first replicated one
+            # (from no evidence to some: what a DATA_LOSS check and readers of
+            # etcd tell apart; once per task).
+            progress_only = (
+                task.state is TaskState.RUNNING
+                and last is not None
+                and (rep is not None or not newer_rep)
+            )
             self._put_task(
                 TaskTrigger.CHECKPOINT,
                 replace(
@@ -1432,7 +1442,7 @@ class CoordinatorCore:
                     last_replicated_journal_seq=journal,
                 ),
                 out,
-                defer=task.state is TaskState.RUNNING,
+                defer=progress_only,
             )
             return UpdateOutcome.ACCEPTED, ""
         if isinstance(change, Completed):

@@ -73,7 +73,8 @@ class CoreSettings:
             alone (the CLI defaults to 7 s).
         progress_flush_interval_s: a Checkpointed update that keeps a RUNNING
             task RUNNING (only its checkpoint, replicated checkpoint and
-            replicated journal seq advance) is applied in memory, acked, and
+            replicated journal seq advance; not the record's first checkpoint
+            or first replicated one) is applied in memory, acked, and
             written to etcd with every other such record on the first tick at
             least this long after the oldest unwritten one: one transaction
             per interval instead of one per update. What it costs: a new

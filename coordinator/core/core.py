@@ -79,7 +79,8 @@ first tick ``progress_flush_interval_s`` (1 s) after the oldest of them
 per update (on a 2-core machine each such write cost the leader and etcd about
 2 ms of CPU). Every other write of the task carries its newest record. A new
 leader therefore loads progress up to one interval (plus a tick) older than
-the old leader last knew, on top of the agents' own report interval; the
+the old leader last knew (a graceful resign flushes first: ``ResignRequested``),
+on top of the agents' own report interval; the
 newest replicated checkpoint it hands a new owner (``Assign.resume_from``)
 is then older, which only weakens the DATA_LOSS check of that resume
 (``node_agent/core/redisloss.py``: restored < acknowledged), never makes a
@@ -142,6 +143,7 @@ from coordinator.core.events import (
     MigrateRequested,
     PersistFailed,
     Released,
+    ResignRequested,
     SessionClosed,
     SessionOpened,
     Started,
@@ -372,6 +374,7 @@ class CoordinatorCore:
             LineageReported: self._on_lineage,
             ForkSeeded: self._on_fork_seeded,
             Tick: self._on_tick,
+            ResignRequested: self._on_resign_requested,
         }
 
     # ------------------------------------------------------------------
@@ -430,8 +433,8 @@ class CoordinatorCore:
         handler = self._handlers.get(type(event))
         if handler is None:
             raise UsageError(f"unknown event type {type(event).__name__}")
-        if self._role is not Role.LEADER and isinstance(event, Tick):
-            return []  # a follower's ticker may keep running; nothing to judge
+        if self._role is not Role.LEADER and isinstance(event, Tick | ResignRequested):
+            return []  # a follower's ticker may keep running; nothing to judge or flush
         if self._role is not Role.LEADER and not isinstance(event, LeadershipAcquired):
             raise UsageError(f"{type(event).__name__} fed to a core that is not leading")
         out = _Out()
@@ -1024,15 +1027,21 @@ class CoordinatorCore:
         self._flush_progress(out)
         self._retire(out)
 
-    def _flush_progress(self, out: _Out) -> None:
+    def _on_resign_requested(self, ev: ResignRequested, out: _Out) -> None:
+        self._flush_progress(out, now=True)
+
+    def _flush_progress(self, out: _Out, *, now: bool = False) -> None:
         """Write the progress held back by ``_put_task(..., defer=True)``: all of it, at once.
 
         Due on the first tick ``progress_flush_interval_s`` after the oldest
         unwritten record, so a record waits at most that plus a tick, and etcd
         sees at most one such write per interval (``batched`` splits it only
-        past ``MAX_TXN_OPS``). Each task's newest in-memory record is written.
+        past ``MAX_TXN_OPS``); with ``now`` (before a resign), at once. Each
+        task's newest in-memory record is written.
         """
-        if not self._unflushed or self._now_s < (
+        if not self._unflushed:
+            return
+        if not now and self._now_s < (
             self._unflushed_since_s + self._settings.progress_flush_interval_s
         ):
             return

@@ -23,6 +23,7 @@ from coordinator.core import (
     LeadershipLost,
     MigrateRequested,
     PersistTasks,
+    ResignRequested,
     Started,
     TaskRecord,
     TaskResult,
@@ -202,3 +203,16 @@ def test_a_lost_leadership_drops_held_back_progress_and_a_new_leader_sees_it_old
     successor.lead(term=2, tasks=[etcd["t0"]])
     # Older than the old leader knew (3), never newer: DATA_LOSS checks only weaken.
     assert seqs([successor.task("t0")]) == {"t0": 2}
+
+
+def test_a_resign_request_writes_the_held_back_progress_at_once() -> None:
+    h = running(2)
+    checkpoint(h.at(1.0), "t0", 2)
+    checkpoint(h.at(1.1), "t1", 2)
+    flushed = h.at(1.2).step(ResignRequested(h.now))
+    assert len(persists(flushed)) == 1
+    assert seqs(persisted_tasks(flushed)) == {"t0": 2, "t1": 2}
+    assert persists(idle(h, 3.0)) == []  # nothing left for the tick
+    assert persists(h.step(ResignRequested(h.now))) == []  # nothing held back: no write
+    h.step(LeadershipLost(h.now))
+    assert h.step(ResignRequested(h.now)) == []  # a follower has nothing to write

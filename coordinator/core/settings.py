@@ -77,9 +77,10 @@ class CoreSettings:
             or first replicated one) is applied in memory, acked, and
             written to etcd with every other such record on the first tick at
             least this long after the oldest unwritten one: one transaction
-            per interval instead of one per update. What it costs: a new
-            leader may load progress up to this much (plus a tick) older; it
-            only weakens the DATA_LOSS check of a resume (an older
+            per interval instead of one per update. What it costs: after a
+            leader crash (a graceful stop flushes first: ``ResignRequested``)
+            the new leader may load progress up to this much (plus a tick)
+            older; it only weakens the DATA_LOSS check of a resume (an older
             acknowledged seq), never raises a false one. State changes are
             written at once. 0: every update is written at once.
     """

@@ -77,15 +77,14 @@ applies it in memory, acks it, and writes all such records together on the
 first tick ``progress_flush_interval_s`` (1 s) after the oldest of them
 (``_flush_progress``): one etcd transaction per interval, not one per task
 per update (on a 2-core machine each such write cost the leader and etcd about
-2 ms of CPU). Every other write of the task carries its newest record. A new
-leader therefore loads progress up to one interval (plus a tick) older than
-the old leader last knew (a graceful resign flushes first: ``ResignRequested``),
-on top of the agents' own report interval; the
-newest replicated checkpoint it hands a new owner (``Assign.resume_from``)
-is then older, which only weakens the DATA_LOSS check of that resume
-(``node_agent/core/redisloss.py``: restored < acknowledged), never makes a
-false one, and followers' read caches lag as long. 0 writes every update at
-once.
+2 ms of CPU). Every other write of the task carries its newest record. After a
+leader crash the next leader therefore loads progress up to one interval (plus
+a tick) older than the old one knew, on top of the agents' own report interval
+(a graceful resign flushes first: ``ResignRequested``); the newest replicated
+checkpoint it hands a new owner (``Assign.resume_from``) is then older, which
+only weakens the DATA_LOSS check of that resume (``node_agent/core/redisloss.py``:
+restored < acknowledged), never makes a false one. Followers' read caches lag
+as long. 0 writes every update at once.
 """
 
 from __future__ import annotations

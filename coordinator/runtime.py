@@ -23,7 +23,9 @@ it observes and acts:
   ends its watchers with UNAVAILABLE). ``SendDirective`` puts the converted message on the Session's
   outbound queue; ``CloseSession`` queues the end of that stream with the
   status; ``ReplyToRequest`` resolves the waiting orchestrator request;
-  ``StepDown`` resigns the election.
+  ``StepDown`` resigns the election. Before a graceful resign the server
+  feeds ``ResignRequested`` (:meth:`flush_before_resign`), whose answer writes
+  the task progress the core holds back.
 
 Sessions are :class:`Channel` objects the gRPC servicer
 (``coordinator.session``) opens per stream; the runtime routes directives to
@@ -65,6 +67,7 @@ from coordinator.core import (
     PersistNodes,
     PersistTasks,
     ReplyToRequest,
+    ResignRequested,
     RetireRecords,
     Role,
     SeedFork,
@@ -575,6 +578,14 @@ class CoordinatorRuntime:
     async def resign(self) -> None:
         """Give up leadership at once (SIGTERM); ``run`` campaigns again unless cancelled."""
         await self.election.resign()
+
+    async def flush_before_resign(self) -> bool:
+        """Write the task progress the core holds back (``ResignRequested``), before a resign.
+
+        Returns:
+            False when this replica does not lead (nothing to write).
+        """
+        return await self.feed(ResignRequested(now_s=0.0))
 
     # ------------------------------------------------------------------ events in
 

@@ -3,7 +3,8 @@
 Theory of operation: :class:`CoordinatorServer` wires the pieces and owns
 their lifetimes; it decides nothing. ``start`` connects to etcd, binds the gRPC
 port (AgentService + CoordinatorService), starts the read cache, the leader
-loop and, when asked, the metrics HTTP endpoint. ``stop`` resigns at once
+loop and, when asked, the metrics HTTP endpoint. ``stop`` writes the task
+progress the leader held back (``ResignRequested``, bounded by 1 s), resigns
 (another replica can lead right away), then stops the loop, the server, the
 cache and the client, in that order.
 """
@@ -370,10 +371,14 @@ class CoordinatorServer:
         self._failure_task = asyncio.create_task(not_serving(), name="health-not-serving")
 
     async def stop(self) -> None:
-        """Resign at once, then stop serving and close everything (idempotent)."""
+        """Flush held-back progress, resign, then stop serving and close everything (idempotent)."""
         runtime = self.runtime
         if self._health is not None:  # probes and load balancers stop sending first
             await self._health.enter_graceful_shutdown()
+        if runtime is not None:  # progress the core holds back goes to etcd first
+            with contextlib.suppress(Exception):
+                async with asyncio.timeout(1.0):
+                    await runtime.flush_before_resign()
         for task in self._tasks:  # leader loop first: it must not campaign again
             if task.get_name() == "leader-loop":
                 await _cancel(task)

@@ -94,7 +94,8 @@ class AgentSettings:
         fence_lead_s: the agent starts pausing its tasks this long before the
             fence deadline ``s + fence_after`` so the pause completes by then.
         progress_report_interval_s: least time between two reports of one task's
-            newest checkpoint to the leader (each is an etcd write), seconds (> 0);
+            newest checkpoint to the leader (written to etcd in the leader's batched
+            progress flush), seconds (> 0);
             for ``replicated`` tasks, whose reports are the evidence that detects
             Redis losing acknowledged data.
         local_progress_report_interval_s: the same for ``local``-durability tasks.

@@ -26,6 +26,14 @@ returns):
    the task.
 4. ``StepDown``, alone and last.
 
+One step's own state changes are persisted in its list; the exception is
+progress (a Checkpointed update of a task already RUNNING), which the core
+writes with a later tick's flush (``CoreSettings.progress_flush_interval_s``).
+Its TaskUpdateAck is sent at once: it tells no one to act (agents act only on
+acks of terminal updates), and what the write carries (the newest checkpoint
+Redis acknowledged) only matters to a later leader's DATA_LOSS check, which a
+missing write makes weaker, never wrong.
+
 When a persist fails, the shell retries it (records are whole values, so a
 retry is idempotent) until it succeeds or the term comparison fails. If it
 gives up, it must drop the rest of that list and of every later list, and feed

@@ -68,6 +68,23 @@ epoch fencing (an update older than the task's epoch is refused with
 STALE_EPOCH and a Revoke and never changes state), cancel, drain. Every step
 ends with a placement round (``coordinator.core.placement``) when something
 changed that could let a PENDING task run.
+
+**Progress is flushed, state changes are written at once.** A Checkpointed
+update of a task already RUNNING changes only its checkpoint fields (the
+record's first checkpoint and first replicated one excepted: written at once,
+so etcd never shows "none" for long where the leader has some): the core
+applies it in memory, acks it, and writes all such records together on the
+first tick ``progress_flush_interval_s`` (1 s) after the oldest of them
+(``_flush_progress``): one etcd transaction per interval, not one per task
+per update (on a 2-core machine each such write cost the leader and etcd about
+2 ms of CPU). Every other write of the task carries its newest record. After a
+leader crash the next leader therefore loads progress up to one interval (plus
+a tick) older than the old one knew, on top of the agents' own report interval
+(a graceful resign flushes first: ``ResignRequested``); the newest replicated
+checkpoint it hands a new owner (``Assign.resume_from``) is then older, which
+only weakens the DATA_LOSS check of that resume (``node_agent/core/redisloss.py``:
+restored < acknowledged), never makes a false one. Followers' read caches lag
+as long. 0 writes every update at once.
 """
 
 from __future__ import annotations
@@ -125,6 +142,7 @@ from coordinator.core.events import (
     MigrateRequested,
     PersistFailed,
     Released,
+    ResignRequested,
     SessionClosed,
     SessionOpened,
     Started,
@@ -336,6 +354,10 @@ class CoordinatorCore:
         self._retire_nodes: list[tuple[float, str]] = []
         # True once a tick ran after the grace: verdicts and moves are under way.
         self._judging = False
+        # Progress not yet in etcd (see _flush_progress): RUNNING tasks whose
+        # in-memory record is newer than the one written, and since when.
+        self._unflushed: set[str] = set()
+        self._unflushed_since_s = math.inf
         self._handlers: dict[type, Callable[[Any, _Out], None]] = {
             LeadershipAcquired: self._on_leadership_acquired,
             SessionOpened: self._on_session_opened,
@@ -351,6 +373,7 @@ class CoordinatorCore:
             LineageReported: self._on_lineage,
             ForkSeeded: self._on_fork_seeded,
             Tick: self._on_tick,
+            ResignRequested: self._on_resign_requested,
         }
 
     # ------------------------------------------------------------------
@@ -409,8 +432,8 @@ class CoordinatorCore:
         handler = self._handlers.get(type(event))
         if handler is None:
             raise UsageError(f"unknown event type {type(event).__name__}")
-        if self._role is not Role.LEADER and isinstance(event, Tick):
-            return []  # a follower's ticker may keep running; nothing to judge
+        if self._role is not Role.LEADER and isinstance(event, Tick | ResignRequested):
+            return []  # a follower's ticker may keep running; nothing to judge or flush
         if self._role is not Role.LEADER and not isinstance(event, LeadershipAcquired):
             raise UsageError(f"{type(event).__name__} fed to a core that is not leading")
         out = _Out()
@@ -513,6 +536,10 @@ class CoordinatorCore:
             task = self._tasks.get(task_id)
             if task is None or not task.state.owned or task.epoch != epoch:
                 raise InvariantViolation(f"revoking entry for a task not owned at {epoch}")
+        for task_id in self._unflushed:
+            task = self._tasks.get(task_id)
+            if task is None or task.state is not TaskState.RUNNING:
+                raise InvariantViolation(f"unflushed progress of non-RUNNING task {task_id!r}")
 
     # ------------------------------------------------------------------
     # Leadership.
@@ -543,6 +570,8 @@ class CoordinatorCore:
         self._retire_nodes = []
         self._placement_dirty = False
         self._judging = False
+        self._unflushed = set()
+        self._unflushed_since_s = math.inf
 
     def _become_follower(self) -> None:
         self._role = Role.FOLLOWER
@@ -994,7 +1023,33 @@ class CoordinatorCore:
                 self._move_tasks_of_gone_nodes(out)
             self._expire_releases(out)
         self._expire_deadlines(out)
+        self._flush_progress(out)
         self._retire(out)
+
+    def _on_resign_requested(self, ev: ResignRequested, out: _Out) -> None:
+        self._flush_progress(out, now=True)
+
+    def _flush_progress(self, out: _Out, *, now: bool = False) -> None:
+        """Write the progress held back by ``_put_task(..., defer=True)``: all of it, at once.
+
+        Due on the first tick ``progress_flush_interval_s`` after the oldest
+        unwritten record, so a record waits at most that plus a tick, and etcd
+        sees at most one such write per interval (``batched`` splits it only
+        past ``MAX_TXN_OPS``); with ``now`` (before a resign), at once. Each
+        task's newest in-memory record is written.
+        """
+        if not self._unflushed:
+            return
+        if not now and self._now_s < (
+            self._unflushed_since_s + self._settings.progress_flush_interval_s
+        ):
+            return
+        for task_id in sorted(self._unflushed):
+            task = self._tasks.get(task_id)
+            if task is not None:
+                out.tasks[task_id] = task
+        self._unflushed = set()
+        self._unflushed_since_s = math.inf
 
     def _retire(self, out: _Out) -> None:
         """Retention: forget terminal tasks and LEFT nodes older than ``retention_s``.
@@ -1374,6 +1429,16 @@ class CoordinatorCore:
                 and task.state is TaskState.RUNNING
             ):
                 return UpdateOutcome.DUPLICATE, ""
+            # Progress of a task already RUNNING is written with the next flush
+            # (see _flush_progress). Written now: ASSIGNED -> RUNNING (a state
+            # change), and a record's first checkpoint or first replicated one
+            # (from no evidence to some: what a DATA_LOSS check and readers of
+            # etcd tell apart; once per task).
+            progress_only = (
+                task.state is TaskState.RUNNING
+                and last is not None
+                and (rep is not None or not newer_rep)
+            )
             self._put_task(
                 TaskTrigger.CHECKPOINT,
                 replace(
@@ -1385,6 +1450,7 @@ class CoordinatorCore:
                     last_replicated_journal_seq=journal,
                 ),
                 out,
+                defer=progress_only,
             )
             return UpdateOutcome.ACCEPTED, ""
         if isinstance(change, Completed):
@@ -1949,11 +2015,27 @@ class CoordinatorCore:
             out,
         )
 
-    def _put_task(self, trigger: TaskTrigger, new: TaskRecord, out: _Out) -> TaskRecord:
+    def _put_task(
+        self, trigger: TaskTrigger, new: TaskRecord, out: _Out, *, defer: bool = False
+    ) -> TaskRecord:
+        """Change a task in the table and write it to etcd (persist before send).
+
+        With ``defer`` (progress of a RUNNING task) and a positive
+        ``progress_flush_interval_s``, the write waits for ``_flush_progress``
+        unless this step writes the task anyway. Any write of a task carries
+        its newest record and ends its wait.
+        """
         old = self._tasks.get(new.task_id)
         stamped = replace(new, updated_at_s=self._now_s, written_term=self._term)
         self._tasks.transition(trigger, stamped)
-        out.tasks[stamped.task_id] = stamped
+        task_id = stamped.task_id
+        if defer and self._settings.progress_flush_interval_s > 0 and task_id not in out.tasks:
+            if not self._unflushed:
+                self._unflushed_since_s = self._now_s
+            self._unflushed.add(task_id)
+        else:
+            out.tasks[task_id] = stamped
+            self._unflushed.discard(task_id)
         if stamped.state.terminal and old is not None and not old.state.terminal:
             heapq.heappush(self._retire_tasks, (self._now_s, stamped.task_id))
         if stamped.state is TaskState.PENDING or (

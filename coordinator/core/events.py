@@ -48,6 +48,7 @@ __all__ = [
     "MigrateRequested",
     "PersistFailed",
     "Released",
+    "ResignRequested",
     "SessionClosed",
     "SessionOpened",
     "Started",
@@ -324,6 +325,18 @@ class Tick:
 
 
 @dataclass(frozen=True, slots=True)
+class ResignRequested:
+    """This replica is about to resign (SIGTERM): write what it holds back, now.
+
+    The core answers with the progress it had not flushed yet
+    (``CoreSettings.progress_flush_interval_s``), so a graceful leader change
+    loses none of it; it stays leader until the shell resigns.
+    """
+
+    now_s: float
+
+
+@dataclass(frozen=True, slots=True)
 class LineageReported:
     """A node reports progress it made at a stale epoch that never reached Redis.
 
@@ -370,4 +383,5 @@ Event = (
     | LineageReported
     | ForkSeeded
     | Tick
+    | ResignRequested
 )

@@ -71,6 +71,18 @@ class CoreSettings:
             chance to find it (an agent may have waited out an RPC timeout on
             a frozen old leader and its reconnect backoff). 0: ``dead_after_s``
             alone (the CLI defaults to 7 s).
+        progress_flush_interval_s: a Checkpointed update that keeps a RUNNING
+            task RUNNING (only its checkpoint, replicated checkpoint and
+            replicated journal seq advance; not the record's first checkpoint
+            or first replicated one) is applied in memory, acked, and
+            written to etcd with every other such record on the first tick at
+            least this long after the oldest unwritten one: one transaction
+            per interval instead of one per update. What it costs: after a
+            leader crash (a graceful stop flushes first: ``ResignRequested``)
+            the new leader may load progress up to this much (plus a tick)
+            older; it only weakens the DATA_LOSS check of a resume (an older
+            acknowledged seq), never raises a false one. State changes are
+            written at once. 0: every update is written at once.
     """
 
     heartbeat_interval_s: float = 0.5
@@ -92,6 +104,7 @@ class CoreSettings:
     retention_s: float = 24 * 3600.0
     self_check: bool = False
     failover_reconnect_s: float = 0.0
+    progress_flush_interval_s: float = 1.0
 
     def __post_init__(self) -> None:
         positive = {
@@ -134,5 +147,9 @@ class CoreSettings:
             raise UsageError("default_max_attempts: must be >= 1")
         if not (math.isfinite(self.failover_reconnect_s) and self.failover_reconnect_s >= 0):
             raise UsageError("failover_reconnect_s: must be a finite number >= 0")
+        if not (
+            math.isfinite(self.progress_flush_interval_s) and self.progress_flush_interval_s >= 0
+        ):
+            raise UsageError("progress_flush_interval_s: must be a finite number >= 0")
         if self.max_assignments_per_round < 1:
             raise UsageError("max_assignments_per_round: must be >= 1")

@@ -264,6 +264,17 @@ def coordinator(
             help="Seconds a finished task or LEFT node stays in etcd before the Redis archive.",
         ),
     ] = _CORE.retention_s,
+    progress_flush_interval_s: Annotated[
+        float,
+        typer.Option(
+            envvar="LAZARUS_PROGRESS_FLUSH_INTERVAL_S",
+            min=0.0,
+            help=(
+                "Write running tasks' checkpoint progress to etcd together at most this "
+                "often, seconds (a new leader may see it this much older); 0: every report."
+            ),
+        ),
+    ] = _CORE.progress_flush_interval_s,
     seed: Annotated[
         int | None, typer.Option(envvar="LAZARUS_SEED", help="Core random seed (default random).")
     ] = None,
@@ -367,6 +378,7 @@ def coordinator(
             max_assignments_per_round=max_assignments_per_round,
             failover_reconnect_s=failover_reconnect_s,
             retention_s=retention_s,
+            progress_flush_interval_s=progress_flush_interval_s,
         )
     except UsageError as exc:
         raise typer.BadParameter(str(exc)) from exc

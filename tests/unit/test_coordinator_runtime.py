@@ -13,17 +13,29 @@ from typing import Any
 import pytest
 
 from coordinator import runtime as runtime_module
-from coordinator.core import CoreSettings, Role, SessionOpened
+from coordinator.core import (
+    Checkpointed,
+    CheckpointSummary,
+    CoreSettings,
+    Role,
+    SessionOpened,
+    Started,
+    TaskSpec,
+    TaskState,
+    TaskSubmitted,
+    TaskUpdateReceived,
+)
 from coordinator.election import Fence, Leadership, LossReason
 from coordinator.etcd_store import (
     Collection,
     EtcdUnavailable,
     FencedWriteRejected,
+    PutRecord,
     RecordOp,
     Snapshot,
 )
 from coordinator.runtime import Channel, CoordinatorRuntime, RuntimeSettings
-from lazarus.v1 import agent_pb2
+from lazarus.v1 import agent_pb2, records_pb2
 
 TERM = 7
 
@@ -145,4 +157,32 @@ async def test_etcd_outage_beyond_retries_is_persist_failed_and_resigns(
         while election.resigned == 0 or runtime.leading:
             await asyncio.sleep(0.001)
     assert not any(isinstance(i, agent_pb2.CoordinatorMessage) for i in _queued(channel))
+    await _stop(task)
+
+
+async def test_flush_before_resign_writes_the_progress_the_core_holds_back() -> None:
+    runtime, _, store, task = await _leading_runtime()
+    channel = runtime.open_channel()
+    assert await runtime.feed(_hello(channel))
+    spec = TaskSpec(kind="k")
+    assert await runtime.feed(TaskSubmitted("r1", spec, 0.0, task_id="t1"))
+    assert runtime.core.task("t1").state is TaskState.ASSIGNED  # type: ignore[union-attr]
+
+    def update(seq: int, change: Any) -> TaskUpdateReceived:
+        return TaskUpdateReceived(channel.session_id, "n1", seq, "t1", 1, change, 0.0)
+
+    def checkpointed(seq: int) -> Checkpointed:
+        return Checkpointed(CheckpointSummary(f"t1@{seq}", epoch=1, seq=seq, replicated=True))
+
+    assert await runtime.feed(update(1, Started()))
+    assert await runtime.feed(update(2, checkpointed(1)))  # the first: written at once
+    writes = len(store.writes)
+    assert await runtime.feed(update(3, checkpointed(2)))  # held back for the flush
+    assert len(store.writes) == writes
+    assert await runtime.flush_before_resign()
+    [(_, ops)] = store.writes[writes:]
+    [op] = ops
+    assert isinstance(op, PutRecord)
+    assert op.name == "t1"
+    assert records_pb2.TaskRecord.FromString(op.value).last_replicated_checkpoint.seq == 2
     await _stop(task)

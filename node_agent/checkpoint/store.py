@@ -1271,7 +1271,7 @@ class CheckpointStore:
         try:
             while True:
                 if backlog:
-                    first = backlog.popleft()
+                    start = [backlog.popleft()]
                 elif stopping:
                     return
                 else:
@@ -1279,13 +1279,16 @@ class CheckpointStore:
                     if item is _STOP:
                         return
                     if isinstance(item, builtins.list):
-                        backlog.extend(item)
-                        first = backlog.popleft()
+                        if self.durability is Durability.SYNC or len(item) > self.group_max_batch:
+                            backlog.extend(item)
+                            start = [backlog.popleft()]
+                        else:  # a loop's list, whole: the batch starts as that list
+                            start = item
                     else:
                         assert isinstance(item, _Op)
-                        first = item
+                        start = [item]
                 with self._wlock:
-                    batch, stop = self._gather(first, recent, backlog)
+                    batch, stop = self._gather(start, recent, backlog)
                     recent.append(len(batch))
                     self._run_batch(batch, self._heads)
                     self._maybe_checkpoint()
@@ -1301,15 +1304,15 @@ class CheckpointStore:
                 self._wconn.close()
 
     def _gather(
-        self, first: _Op, recent: deque[int], backlog: deque[_Op]
+        self, batch: builtins.list[_Op], recent: deque[int], backlog: deque[_Op]
     ) -> tuple[builtins.list[_Op], bool]:
-        """Pick the next batch: ``first``, then ops from ``backlog`` and the queue.
+        """Pick the next batch: ``batch`` (one op, or a loop's list of at most
+        ``group_max_batch``; extended in place), then ops from ``backlog`` and the queue.
 
         Returns:
             The batch and whether ``_STOP`` was met (the caller finishes
             ``backlog``, then stops).
         """
-        batch = [first]
         if self.durability is Durability.SYNC:
             return batch, False
         waiting = self.durability is Durability.GROUP and self.group_window_s > 0
@@ -1324,9 +1327,9 @@ class CheckpointStore:
                 else:
                     batch.extend(backlog.popleft() for _ in range(room))
                 continue
-            try:
+            if not self._queue.empty():  # only this thread takes items: get_nowait gets one
                 item = self._queue.get_nowait()
-            except queue.Empty:
+            else:
                 remaining = deadline - time.monotonic()
                 if not waiting or len(batch) >= target or remaining <= 0:
                     break

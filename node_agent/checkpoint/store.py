@@ -696,6 +696,11 @@ class _Heads:
         if write:
             self._write.add(task_id)
 
+    def defer(self, task_id: str, head: _Head) -> None:
+        """``set(task_id, head, write=False)``: a save's head, which may be deferred."""
+        self._dropped.discard(task_id)
+        self._overlay[task_id] = head
+
     def drop(self, task_id: str) -> None:
         """The task's rows, its ``tasks`` row included, were deleted in this batch."""
         self._overlay.pop(task_id, None)
@@ -936,6 +941,7 @@ class CheckpointStore:
     ) -> None:
         self.durability = _enum_arg(Durability, durability, "durability")
         self.compression = _enum_arg(Compression, compression, "compression")
+        self._zstd = self.compression is Compression.ZSTD
         self.compress_min_bytes = compress_min_bytes
         self.group_window_s = max(0.0, group_window_ms) / 1000.0
         self.group_max_batch = max(1, group_max_batch)
@@ -1508,18 +1514,21 @@ class CheckpointStore:
 
     def _save_op(self, checkpoint: Checkpoint) -> _OpFn[SaveOutcome]:
         cp = validate_checkpoint(checkpoint, self.max_payload_bytes)
-        task_id = cp.task_id
-        covers = cp.covers_journal_seq
 
         def op(conn: sqlite3.Connection, heads: _Heads) -> SaveOutcome:
-            epoch, last_journal, last_seq = heads.get(conn, task_id) or (cp.epoch, 0, 0)
-            if cp.epoch < epoch:
-                raise StaleEpoch(task_id, cp.epoch, epoch)
+            task_id, epoch, covers = cp.task_id, cp.epoch, cp.covers_journal_seq
+            head = heads.get(conn, task_id)
+            if head is None:
+                last_journal = last_seq = 0
+            else:
+                stored_epoch, last_journal, last_seq = head
+                if epoch < stored_epoch:
+                    raise StaleEpoch(task_id, epoch, stored_epoch)
             if covers > last_journal:
                 raise FutureJournalSeq(task_id, covers, last_journal)
             seq = last_seq + 1
             heads.pending.extend(self._checkpoint_row(cp, seq, ""))
-            heads.set(task_id, (cp.epoch, last_journal, seq), write=False)
+            heads.defer(task_id, (epoch, last_journal, seq))
             # make_ref(task_id, seq), spelled out
             return _save_outcome(f"{task_id}{_REF_SEPARATOR}{seq}", seq, covers, cp.terminal)
 
@@ -1533,7 +1542,7 @@ class CheckpointStore:
         Takes the next id; call with the write lock held. ``created`` (Unix ms)
         defaults to now.
         """
-        if self.compression is Compression.ZSTD:
+        if self._zstd:
             encoding, stored = encode_payload(cp.payload, True, self.compress_min_bytes)
         else:
             encoding, stored = ENCODING_RAW, cp.payload

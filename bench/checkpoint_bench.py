@@ -113,6 +113,45 @@ How to read the async rows (`CheckpointStore.aio`, `node_agent/checkpoint/store.
   WAL checkpoints every ~4000 pages (40.9k against 40.2k); resolving callers
   right after COMMIT, before the writer's bookkeeping of the batch (36.3k
   both).
+* **Cheaper per save (later on 2026-11-26).** On the loop: `Checkpoint()`
+  sets its slots through their descriptors instead of the frozen
+  dataclass's `object.__setattr__` (~0.4 us a save; every caller makes one),
+  and `validate_checkpoint` checks a checkpoint of exact field types on a fast
+  path that remembers up to 4096 valid task ids (no regex per save). On the
+  writer: a batch's rows go to the multi-row INSERT as the one flat list they
+  were appended to (no per-batch flattening of 32 tuples, ~8 us), a loop's
+  list of ops starts its batch as it is (no deque round trip) and its
+  outcomes go back to the loop as the two lists they are (no per-op tuples,
+  ~10 us), a batch of saves of known tasks skips the sort of the heads it
+  defers, and the save op reads its fields once. Instrumented (3 s runs,
+  medians per batch of 32, before -> after): the loop's turn 153 -> 131 us,
+  row inserts 66 -> 57, COMMIT to callers resolved 37 -> 27, heads 8 -> 3.
+  Four runs each of this bench on this cell (`--only lazarus --only
+  langgraph-sqlite --only 1KiB --only group --only 32 --rounds 5`), the code
+  before and after alternating, on a machine shared with other test runs:
+  ours 40.3k, 43.3k, 42.1k, 37.5k saves/s before, 42.2k, 47.6k, 46.0k, 40.9k
+  after (+9 % median of the pairs), SqliteSaver 3.7k-4.1k in all of them:
+  10.9x, 10.8x, 10.5x, 9.7x before, 10.6x, 11.9x, 11.3x, 10.6x after. One
+  task (`--only 1`): 1.1x before and after.
+* **Tried later on 2026-11-26 and not kept** (same cell, interleaved): the
+  fold's SELECT on the read pool, only its INSERT of the runs on the writer
+  (the writer's fold 1.2 -> 0.46 ms, but -6 % saves/s; likely a third
+  thread contending for the GIL, and a read connection that re-reads the
+  tail's pages from the WAL); WAL checkpoints on a thread and connection of
+  their own, completed on the writer (a quick probe: 13k saves/s; likely the
+  writer's commits waiting in SQLite's busy handler, which sleeps in
+  milliseconds, while the other connection checkpoints); WAL checkpoints every
+  ~4000 pages again (the checkpoints' share fell from ~64 to ~57 us a batch
+  but COMMIT rose, the WAL growing for four times as long before it first
+  starts over: an fdatasync of a growing file is ~186 us here against ~108
+  us when rewriting one); the garbage collector off (no change: allocations
+  are not the cost). What is left per batch of 32 (~700 us): COMMIT ~205 us
+  (16 pwrites ~32 us and the fdatasync ~108 us of it, measured raw), the
+  loop's turn ~131 us (~79 us of it asyncio and the bench's coroutine, with
+  a save that only makes a future), the writer's ops ~90 us and inserts
+  ~57 us, WAL checkpoints ~60 us and folds ~36 us (each ~1.2 ms a fold of
+  1024 rows, ~7 ms a WAL checkpoint of ~1000 frames, whose DB fdatasync
+  grows the file), the two thread wake-ups ~48 us.
 """
 
 PAYLOADS = {"1KiB": 1024, "256KiB": 256 * 1024}

@@ -157,6 +157,7 @@ from node_agent.checkpoint.codec import (
     encode_payload,
 )
 from node_agent.checkpoint.model import (
+    _REF_SEPARATOR,
     DEFAULT_MAX_PAYLOAD_BYTES,
     AdoptedCheckpoint,
     AdoptedEvent,
@@ -607,6 +608,7 @@ _INSERT_CHECKPOINT = (
 # statement: one statement step instead of one per row (~0.35 us a row of 1 KiB
 # cheaper here), and five more statements in the connection's cache.
 _INSERT_MANY_MAX = 32
+_ROW_FIELDS = 12  # values of a row in ``_INSERT_CHECKPOINT``
 _INSERT_CHECKPOINTS = {
     n: f"INSERT INTO checkpoints (id, {_CKPT_COLUMNS}) VALUES "
     + ", ".join(["(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"] * n)
@@ -625,8 +627,9 @@ class _Heads:
     needs the table current, as prune does, writes it with its batch). So the
     cache equals the ``tasks`` table merged with the tail (see "On-disk
     layout"). It also holds the checkpoint rows the batch's saves made
-    (``pending``), inserted with one ``executemany`` by ``flush``: before the
-    commit, and at the start of every op that reads the ``checkpoints`` table.
+    (``pending``, their values one after another in one flat list, as the
+    multi-row INSERTs bind them), inserted by ``flush``: before the commit, and
+    at the start of every op that reads the ``checkpoints`` table.
     """
 
     __slots__ = (
@@ -648,22 +651,26 @@ class _Heads:
         self._gone: set[str] = set()  # tasks deleted by this batch (their table row too)
         self._skipped: set[str] = set()  # overlay heads ``dirty`` left deferred
         self.deferred: set[str] = set()  # committed heads ahead of the tasks table
-        self.pending: builtins.list[tuple[Any, ...]] = []
+        self.pending: builtins.list[Any] = []  # rows' values, _ROW_FIELDS a row
 
     def flush(self, conn: sqlite3.Connection) -> None:
         """Insert the checkpoint rows saved so far in this batch."""
-        rows = self.pending
-        if not rows:
+        values = self.pending
+        if not values:
             return
         self.pending = []
-        start, left = 0, len(rows)
+        left = len(values) // _ROW_FIELDS
+        if left == _INSERT_MANY_MAX:  # a full batch of saves: bind the list as it is
+            conn.execute(_INSERT_CHECKPOINTS[left], values)
+            return
+        start = 0
         while left:
             n = _INSERT_MANY_MAX
             while n > left:
                 n >>= 1
-            values = [v for row in rows[start : start + n] for v in row]
-            conn.execute(_INSERT_CHECKPOINTS[n], values)
-            start += n
+            end = start + n * _ROW_FIELDS
+            conn.execute(_INSERT_CHECKPOINTS[n], values[start:end])
+            start = end
             left -= n
 
     def get(self, conn: sqlite3.Connection, task_id: str) -> _Head | None:
@@ -689,6 +696,11 @@ class _Heads:
         if write:
             self._write.add(task_id)
 
+    def defer(self, task_id: str, head: _Head) -> None:
+        """``set(task_id, head, write=False)``: a save's head, which may be deferred."""
+        self._dropped.discard(task_id)
+        self._overlay[task_id] = head
+
     def drop(self, task_id: str) -> None:
         """The task's rows, its ``tasks`` row included, were deleted in this batch."""
         self._overlay.pop(task_id, None)
@@ -708,6 +720,9 @@ class _Heads:
         committed, write, gone = self._committed, self._write, self._gone
         skipped = self._skipped
         skipped.clear()
+        if not write and not gone and self._overlay.keys() <= committed.keys():
+            skipped.update(self._overlay)  # only saves of known tasks: all deferred
+            return [], []
         for task_id, head in sorted(self._overlay.items()):
             if task_id not in committed or task_id in gone:
                 new.append((task_id, *head))
@@ -722,11 +737,14 @@ class _Heads:
             self._committed.pop(task_id, None)
             self.deferred.discard(task_id)
         self._committed.update(self._overlay)
-        for task_id in self._overlay:
-            if task_id in self._skipped:
-                self.deferred.add(task_id)
-            else:
-                self.deferred.discard(task_id)
+        if len(self._skipped) == len(self._overlay):  # all deferred (skipped <= overlay)
+            self.deferred.update(self._skipped)
+        else:
+            for task_id in self._overlay:
+                if task_id in self._skipped:
+                    self.deferred.add(task_id)
+                else:
+                    self.deferred.discard(task_id)
         self._clear()
 
     def rollback(self) -> None:
@@ -797,35 +815,67 @@ class _Op:
     pages: int = _OTHER_OP_PAGES  # guess of the WAL pages it writes (checkpoint pacing)
 
 
+_Outcome = tuple[Any, BaseException | None]  # (value, None) or (None, the error)
+
+
 def _deliver(
-    outcomes: Sequence[tuple[_Op, Any, BaseException | None]],
+    ops: Sequence[_Op],
+    outcomes: Sequence[_Outcome],
     on_loop: asyncio.AbstractEventLoop | None = None,
 ) -> None:
-    """Resolve callers: threads directly, each event loop with a single wake-up.
+    """Resolve callers, ``outcomes[i]`` being that of ``ops[i]``: threads
+    directly, each event loop with a single wake-up.
 
     ``on_loop`` is the event loop running this call, if any: its futures are
-    resolved directly, without a wake-up.
+    resolved directly, without a wake-up. When every op is of one loop (a
+    loop's list, batched whole: the usual group commit), both sequences go to
+    it as they are; the caller must not change them afterwards.
     """
-    by_loop: dict[asyncio.AbstractEventLoop, builtins.list[tuple[Any, Any, Any]]] = {}
-    for op, value, err in outcomes:
+    first = ops[0].loop if ops else None
+    if first is not None:
+        for op in ops:
+            if op.loop is not first:
+                break
+        else:
+            _to_loop(first, ops, outcomes, on_loop)
+            return
+    by_loop: dict[asyncio.AbstractEventLoop, tuple[builtins.list[_Op], builtins.list[_Outcome]]]
+    by_loop = {}
+    for op, outcome in zip(ops, outcomes, strict=True):
         if op.future is not None:
+            value, err = outcome
             if err is not None:
                 op.future.set_exception(err)
             else:
                 op.future.set_result(value)
         elif op.loop is not None:
-            by_loop.setdefault(op.loop, []).append((op.afuture, value, err))
-    for loop, entries in by_loop.items():
-        if loop is on_loop:
-            _resolve_async(entries)
-            continue
-        with contextlib.suppress(RuntimeError):  # the loop was closed; nobody awaits
-            loop.call_soon_threadsafe(_resolve_async, entries)
+            mine = by_loop.get(op.loop)
+            if mine is None:
+                mine = by_loop[op.loop] = ([], [])
+            mine[0].append(op)
+            mine[1].append(outcome)
+    for loop, (loop_ops, loop_outcomes) in by_loop.items():
+        _to_loop(loop, loop_ops, loop_outcomes, on_loop)
 
 
-def _resolve_async(entries: builtins.list[tuple[Any, Any, Any]]) -> None:
-    for fut, value, err in entries:
-        if fut.done():  # the awaiting task was cancelled
+def _to_loop(
+    loop: asyncio.AbstractEventLoop,
+    ops: Sequence[_Op],
+    outcomes: Sequence[_Outcome],
+    on_loop: asyncio.AbstractEventLoop | None,
+) -> None:
+    if loop is on_loop:
+        _resolve_async(ops, outcomes)
+        return
+    with contextlib.suppress(RuntimeError):  # the loop was closed; nobody awaits
+        loop.call_soon_threadsafe(_resolve_async, ops, outcomes)
+
+
+def _resolve_async(ops: Sequence[_Op], outcomes: Sequence[_Outcome]) -> None:
+    """Resolve the futures of ops of the event loop running this call."""
+    for op, (value, err) in zip(ops, outcomes, strict=True):
+        fut = op.afuture
+        if fut is None or fut.done():  # the awaiting task was cancelled
             continue
         if err is not None:
             fut.set_exception(err)
@@ -891,6 +941,7 @@ class CheckpointStore:
     ) -> None:
         self.durability = _enum_arg(Durability, durability, "durability")
         self.compression = _enum_arg(Compression, compression, "compression")
+        self._zstd = self.compression is Compression.ZSTD
         self.compress_min_bytes = compress_min_bytes
         self.group_window_s = max(0.0, group_window_ms) / 1000.0
         self.group_max_batch = max(1, group_max_batch)
@@ -1217,7 +1268,7 @@ class CheckpointStore:
             if not self._closed:
                 self._queue.put(ops if len(ops) > 1 else ops[0])
                 return
-        _deliver([(op, None, StoreClosed()) for op in ops], on_loop=loop)
+        _deliver(ops, [(None, StoreClosed()) for _ in ops], on_loop=loop)
 
     def _writer_main(self) -> None:
         recent: deque[int] = deque(maxlen=8)
@@ -1226,7 +1277,7 @@ class CheckpointStore:
         try:
             while True:
                 if backlog:
-                    first = backlog.popleft()
+                    start = [backlog.popleft()]
                 elif stopping:
                     return
                 else:
@@ -1234,13 +1285,16 @@ class CheckpointStore:
                     if item is _STOP:
                         return
                     if isinstance(item, builtins.list):
-                        backlog.extend(item)
-                        first = backlog.popleft()
+                        if self.durability is Durability.SYNC or len(item) > self.group_max_batch:
+                            backlog.extend(item)
+                            start = [backlog.popleft()]
+                        else:  # a loop's list, whole: the batch starts as that list
+                            start = item
                     else:
                         assert isinstance(item, _Op)
-                        first = item
+                        start = [item]
                 with self._wlock:
-                    batch, stop = self._gather(first, recent, backlog)
+                    batch, stop = self._gather(start, recent, backlog)
                     recent.append(len(batch))
                     self._run_batch(batch, self._heads)
                     self._maybe_checkpoint()
@@ -1256,15 +1310,15 @@ class CheckpointStore:
                 self._wconn.close()
 
     def _gather(
-        self, first: _Op, recent: deque[int], backlog: deque[_Op]
+        self, batch: builtins.list[_Op], recent: deque[int], backlog: deque[_Op]
     ) -> tuple[builtins.list[_Op], bool]:
-        """Pick the next batch: ``first``, then ops from ``backlog`` and the queue.
+        """Pick the next batch: ``batch`` (one op, or a loop's list of at most
+        ``group_max_batch``; extended in place), then ops from ``backlog`` and the queue.
 
         Returns:
             The batch and whether ``_STOP`` was met (the caller finishes
             ``backlog``, then stops).
         """
-        batch = [first]
         if self.durability is Durability.SYNC:
             return batch, False
         waiting = self.durability is Durability.GROUP and self.group_window_s > 0
@@ -1279,9 +1333,9 @@ class CheckpointStore:
                 else:
                     batch.extend(backlog.popleft() for _ in range(room))
                 continue
-            try:
+            if not self._queue.empty():  # only this thread takes items: get_nowait gets one
                 item = self._queue.get_nowait()
-            except queue.Empty:
+            else:
                 remaining = deadline - time.monotonic()
                 if not waiting or len(batch) >= target or remaining <= 0:
                     break
@@ -1303,9 +1357,9 @@ class CheckpointStore:
         try:
             results = self._transact(batch, heads)
         except StoreIOError as err:
-            _deliver([(op, None, err) for op in batch])
+            _deliver(batch, [(None, err)] * len(batch))
             return
-        _deliver([(op, value, err) for op, (value, err) in zip(batch, results, strict=True)])
+        _deliver(batch, results)
 
     def _transact(
         self, batch: Sequence[_Op], heads: _Heads
@@ -1444,35 +1498,39 @@ class CheckpointStore:
             self._wal_due_pages = int(_CHECKPOINT_EVERY_PAGES / self._wal_scale)
 
     def _fail_pending(self, err: BaseException, backlog: Sequence[_Op] = ()) -> None:
-        failed = [(op, None, err) for op in backlog]
+        failed = builtins.list(backlog)
         while True:
             try:
                 item = self._queue.get_nowait()
             except queue.Empty:
                 break
             if isinstance(item, _Op):
-                failed.append((item, None, err))
+                failed.append(item)
             elif isinstance(item, builtins.list):
-                failed.extend((op, None, err) for op in item)
-        _deliver(failed)
+                failed.extend(item)
+        _deliver(failed, [(None, err)] * len(failed))
 
     # --------------------------------------------------------- write operations
 
     def _save_op(self, checkpoint: Checkpoint) -> _OpFn[SaveOutcome]:
         cp = validate_checkpoint(checkpoint, self.max_payload_bytes)
-        task_id = cp.task_id
-        covers = cp.covers_journal_seq
 
         def op(conn: sqlite3.Connection, heads: _Heads) -> SaveOutcome:
-            epoch, last_journal, last_seq = heads.get(conn, task_id) or (cp.epoch, 0, 0)
-            if cp.epoch < epoch:
-                raise StaleEpoch(task_id, cp.epoch, epoch)
+            task_id, epoch, covers = cp.task_id, cp.epoch, cp.covers_journal_seq
+            head = heads.get(conn, task_id)
+            if head is None:
+                last_journal = last_seq = 0
+            else:
+                stored_epoch, last_journal, last_seq = head
+                if epoch < stored_epoch:
+                    raise StaleEpoch(task_id, epoch, stored_epoch)
             if covers > last_journal:
                 raise FutureJournalSeq(task_id, covers, last_journal)
             seq = last_seq + 1
-            heads.pending.append(self._checkpoint_row(cp, seq, ""))
-            heads.set(task_id, (cp.epoch, last_journal, seq), write=False)
-            return _save_outcome(make_ref(task_id, seq), seq, covers, cp.terminal)
+            heads.pending.extend(self._checkpoint_row(cp, seq, ""))
+            heads.defer(task_id, (epoch, last_journal, seq))
+            # make_ref(task_id, seq), spelled out
+            return _save_outcome(f"{task_id}{_REF_SEPARATOR}{seq}", seq, covers, cp.terminal)
 
         return op
 
@@ -1484,7 +1542,7 @@ class CheckpointStore:
         Takes the next id; call with the write lock held. ``created`` (Unix ms)
         defaults to now.
         """
-        if self.compression is Compression.ZSTD:
+        if self._zstd:
             encoding, stored = encode_payload(cp.payload, True, self.compress_min_bytes)
         else:
             encoding, stored = ENCODING_RAW, cp.payload
@@ -1555,7 +1613,7 @@ class CheckpointStore:
                 # Its next seq: the one it was given, unless the task's head moved
                 # meanwhile (another writer of the task): then it is renumbered.
                 seq = last_seq + 1
-                heads.pending.append(self._checkpoint_row(cp, seq, "", created))
+                heads.pending.extend(self._checkpoint_row(cp, seq, "", created))
                 heads.set(task_id, (cp.epoch, last_journal, seq), write=False)
                 out.append(
                     _save_outcome(make_ref(task_id, seq), seq, cp.covers_journal_seq, cp.terminal)
@@ -2369,9 +2427,10 @@ class AsyncCheckpointStore:
         pending = store._loop_pending.get(loop)
         if pending is not None and not store._closed:
             # not the loop's first write in this iteration: it joins the loop's
-            # list (``_asubmit``, spelled out: this is the path of most saves)
+            # list (``_asubmit`` and ``_row_pages``, spelled out: this is the
+            # path of most saves)
             fut: asyncio.Future[SaveOutcome] = loop.create_future()
-            pending.append(_Op(fn, None, loop, fut, _row_pages(size)))
+            pending.append(_Op(fn, None, loop, fut, 1 + size // 4000))
             return await fut
         if size > _INLINE_MAX_BYTES:
             return await store._asubmit(fn, _row_pages(size))

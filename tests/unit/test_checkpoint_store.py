@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import signal
 import sqlite3
 import subprocess
 import sys
 import threading
 from collections.abc import Iterator
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+import node_agent.checkpoint.model as model
+import node_agent.checkpoint.store as store_mod
 from node_agent.checkpoint import (
     DB_FILENAME,
     Checkpoint,
@@ -34,6 +38,7 @@ from node_agent.checkpoint import (
     UnknownCheckpoint,
     parse_ref,
 )
+from node_agent.checkpoint.model import validate_checkpoint
 
 
 @pytest.fixture
@@ -440,7 +445,6 @@ class _ThreadClock:
 async def test_a_lone_small_async_write_on_an_idle_loop_commits_inline(
     tmp_path: Path, mode: Durability, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import node_agent.checkpoint.store as store_mod
 
     monkeypatch.setattr(store_mod, "_INLINE_SLOW_S", 60.0)  # a busy CI disk: no back-off
     clock = _ThreadClock()
@@ -487,7 +491,6 @@ async def test_concurrent_async_writes_reach_the_writer_as_one_batch(tmp_path: P
 async def test_a_slow_inline_commit_turns_inline_commits_off(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import node_agent.checkpoint.store as store_mod
 
     monkeypatch.setattr(store_mod, "_INLINE_SLOW_S", 0.0)  # every commit is "slow"
     monkeypatch.setattr(store_mod, "_INLINE_BACKOFF_FACTOR", 1e6)  # and keeps inline off
@@ -575,3 +578,98 @@ def test_errors_are_one_family() -> None:
     for cls in (InvalidArgument, StaleEpoch, UnknownCheckpoint, CorruptedCheckpoint, StoreClosed):
         assert issubclass(cls, CheckpointStoreError)
     assert parse_ref("a@b@12") == ("a@b", 12)
+
+
+def test_checkpoint_is_a_frozen_value_with_its_defaults() -> None:
+    cp = Checkpoint("t", 2, b"p")
+    assert (cp.task_id, cp.epoch, cp.payload) == ("t", 2, b"p")
+    assert (cp.covers_journal_seq, cp.terminal, cp.label) == (0, False, "")
+    full = Checkpoint(
+        task_id="t", epoch=2, payload=b"p", covers_journal_seq=3, terminal=True, label="l"
+    )
+    assert (full.covers_journal_seq, full.terminal, full.label) == (3, True, "l")
+    assert cp == Checkpoint("t", 2, b"p")
+    assert hash(cp) == hash(Checkpoint("t", 2, b"p"))
+    assert cp != full
+    assert dataclasses.replace(cp, epoch=5) == Checkpoint("t", 5, b"p")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cp.epoch = 3  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        Checkpoint("t", 1)  # type: ignore[call-arg]
+
+
+class _Str(str):
+    pass
+
+
+@pytest.mark.parametrize(
+    ("checkpoint", "field"),
+    [
+        (Checkpoint("t", 1, b"x", terminal=1), "terminal"),  # type: ignore[arg-type]
+        (Checkpoint("t", 1, b"x", label="l" * 1025), "label"),
+        (Checkpoint("t", 1, b"x", label=None), "label"),  # type: ignore[arg-type]
+        (Checkpoint("t", 2**63, b"x"), "epoch"),
+        (Checkpoint("t", 1.0, b"x"), "epoch"),  # type: ignore[arg-type]
+        (Checkpoint("t", 1, b"x", covers_journal_seq=2**63), "covers_journal_seq"),
+        (Checkpoint(_Str("a\x01"), 1, b"x"), "task_id"),
+        (Checkpoint("t", 1, b"x" * 17), "payload"),
+    ],
+)
+def test_bad_checkpoints_of_known_tasks_are_refused(checkpoint: Checkpoint, field: str) -> None:
+    # "t" was validated before: its id is remembered, its other fields are not
+    assert validate_checkpoint(Checkpoint("t", 1, b"x"), 16).task_id == "t"
+    with pytest.raises(InvalidArgument) as err:
+        validate_checkpoint(checkpoint, 16)
+    assert err.value.field == field
+
+
+def test_checkpoints_of_other_field_types_are_checked_and_normalised() -> None:
+    cp = validate_checkpoint(Checkpoint(_Str("t"), 1, bytearray(b"x")), 16)  # type: ignore[arg-type]
+    assert cp.payload == b"x"
+    assert type(cp.payload) is bytes
+    # a task id is remembered as valid for a while, not forever: the set is bounded
+    for i in range(2 * model._VALID_TASK_IDS_MAX):
+        validate_checkpoint(Checkpoint(f"task-{i}", 1, b""), 16)
+    assert 0 < len(model._VALID_TASK_IDS) <= model._VALID_TASK_IDS_MAX
+    with pytest.raises(InvalidArgument):
+        validate_checkpoint(Checkpoint("bad\x7f", 1, b""), 16)
+    assert "bad\x7f" not in model._VALID_TASK_IDS
+
+
+def test_a_batch_resolves_each_caller_of_each_loop_and_thread() -> None:
+    loops = [asyncio.new_event_loop() for _ in range(2)]
+    try:
+        thread_fut: Future[Any] = Future()
+        futs = [loops[i % 2].create_future() for i in range(4)]
+        ops = [store_mod._Op(_noop, None, f.get_loop(), f) for f in futs]
+        batch = [ops[0], store_mod._Op(_noop, thread_fut, None, None), *ops[1:]]
+        err = StaleEpoch("t", 1, 2)
+        outcomes: list[tuple[Any, BaseException | None]] = [
+            ("a", None),
+            ("thread", None),
+            (None, err),
+            ("c", None),
+            ("d", None),
+        ]
+        store_mod._deliver(batch, outcomes)
+        assert thread_fut.result() == "thread"
+        for loop in loops:  # each loop resolves its own futures when it runs
+            loop.run_until_complete(asyncio.sleep(0))
+        assert [futs[0].result(), futs[2].result(), futs[3].result()] == ["a", "c", "d"]
+        assert futs[1].exception() is err
+        # a list of one loop's ops goes over as it is; a cancelled caller is skipped
+        futs = [loops[0].create_future(), loops[0].create_future()]
+        futs[0].cancel()
+        store_mod._deliver(
+            [store_mod._Op(_noop, None, loops[0], f) for f in futs], [("x", None), ("y", None)]
+        )
+        loops[0].run_until_complete(asyncio.sleep(0))
+        assert futs[0].cancelled()
+        assert futs[1].result() == "y"
+    finally:
+        for loop in loops:
+            loop.close()
+
+
+def _noop(conn: object, heads: object) -> None:
+    return None

@@ -88,8 +88,6 @@ from lazarus.storage.replica import (
     Outcome,
     ReplicationItem,
 )
-from lazarus.v1 import records_pb2
-from node_agent.checkpoint.model import make_ref
 from node_agent.sdk import (
     FencingToken,
     OwnershipLapsed,
@@ -97,7 +95,7 @@ from node_agent.sdk import (
     TaskCancelled,
     TaskFailure,
 )
-from node_agent.spool import SpoolReader, SpoolWriter, encode_json
+from node_agent.spool import SpoolReader, SpoolWriter, checkpoint_record, encode_json
 
 __all__ = [
     "DIRECT_BACKOFF_S",
@@ -113,8 +111,6 @@ _DEADLINE, _FENCED, _STOPPED, _REPLICATED = 0, 1, 2, 3
 
 DIRECT_BACKOFF_S = 5.0
 """After a failed write of its own to Redis, how long a worker leaves writes to the agent, s."""
-
-_JSON = "application/json"
 
 
 @dataclass(frozen=True, slots=True)
@@ -462,19 +458,15 @@ class ProcessTaskContext:
         replica = self._direct.replica(self._incarnation)
         if replica is None:
             return False
-        record = records_pb2.CheckpointRecord(
-            task_id=self.task_id,
-            epoch=self.epoch,
-            seq=seq,
-            covers_journal_seq=self._journal_seq,
-            checkpoint_ref=make_ref(self.task_id, seq),
-            terminal=False,
+        record = checkpoint_record(
+            self.task_id,
+            self.epoch,
+            seq,
+            self._journal_seq,
+            payload,
             label=label,
-            payload=payload,
-            encoding=records_pb2.PAYLOAD_ENCODING_RAW,
-            content_type=_JSON,
-            decoded_bytes=len(payload),
-            created_at_unix_ms=created_ms,
+            terminal=False,
+            created_ms=created_ms,
             node_id=self.node_id,
             incarnation=self._incarnation,
         )

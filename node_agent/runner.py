@@ -106,6 +106,7 @@ from node_agent.spool import (
     SPOOL_DIRNAME,
     SpoolReader,
     SpoolRow,
+    checkpoint_record,
     encode_json,
     leftover_spools,
 )
@@ -1402,19 +1403,15 @@ class TaskRunner:
             stored_bytes=len(payload),
             node_id=self.node_id,
         )
-        record = records_pb2.CheckpointRecord(
-            task_id=run.task_id,
-            epoch=run.epoch,
-            seq=seq,
-            covers_journal_seq=covers,
-            checkpoint_ref=ref,
+        record = checkpoint_record(
+            run.task_id,
+            run.epoch,
+            seq,
+            covers,
+            payload,
+            label=reason,
             terminal=terminal,
-            label=reason[:128],
-            payload=payload,
-            encoding=records_pb2.PAYLOAD_ENCODING_RAW,
-            content_type=JSON,
-            decoded_bytes=len(payload),
-            created_at_unix_ms=created,
+            created_ms=created,
             node_id=self.node_id,
             incarnation=self.incarnation,
         )

@@ -62,18 +62,24 @@ from pathlib import Path
 import google_crc32c
 
 from lazarus.storage.errors import StoreIOError
+from lazarus.v1 import records_pb2
+from node_agent.checkpoint.model import make_ref
 
 __all__ = [
     "SPOOL_DIRNAME",
     "SpoolReader",
     "SpoolRow",
     "SpoolWriter",
+    "checkpoint_record",
     "encode_json",
     "leftover_spools",
     "spool_checksum",
 ]
 
 log = logging.getLogger("lazarus.spool")
+
+JSON_CONTENT_TYPE = "application/json"
+"""The content type of a checkpoint state the SDK encoded (``encode_json``)."""
 
 SPOOL_DIRNAME = "spool"
 """The directory under the agent's data dir that holds the workers' spool files."""
@@ -106,6 +112,44 @@ def encode_json(value: object, what: str) -> bytes:
         return json.dumps(value, separators=(",", ":"), sort_keys=True, allow_nan=False).encode()
     except (TypeError, ValueError) as exc:
         raise TypeError(f"{what} is not JSON-serialisable: {exc}") from exc
+
+
+def checkpoint_record(
+    task_id: str,
+    epoch: int,
+    seq: int,
+    covers: int,
+    payload: bytes,
+    *,
+    label: str,
+    terminal: bool,
+    created_ms: int,
+    node_id: str,
+    incarnation: str,
+) -> records_pb2.CheckpointRecord:
+    """The Redis copy of a checkpoint whose state is JSON (``encode_json``).
+
+    One shape for every writer of it: the agent (``TaskRunner._saved``) and a
+    worker process writing its spooled checkpoints itself
+    (``node_agent.isolation``). ``checkpoint_ref`` is the store's
+    (``make_ref(task_id, seq)``); ``label`` is cut to 128 characters.
+    """
+    return records_pb2.CheckpointRecord(
+        task_id=task_id,
+        epoch=epoch,
+        seq=seq,
+        covers_journal_seq=covers,
+        checkpoint_ref=make_ref(task_id, seq),
+        terminal=terminal,
+        label=label[:128],
+        payload=payload,
+        encoding=records_pb2.PAYLOAD_ENCODING_RAW,
+        content_type=JSON_CONTENT_TYPE,
+        decoded_bytes=len(payload),
+        created_at_unix_ms=created_ms,
+        node_id=node_id,
+        incarnation=incarnation,
+    )
 
 
 def spool_checksum(

@@ -69,6 +69,7 @@ from node_agent.core.restore import (
     plan_restore,
     resume_without_redis,
 )
+from node_agent.core.spooled import PendingAction, in_redis, pending_action
 from node_agent.isolation import (
     DEFAULT_WORKER_NICE,
     Worker,
@@ -733,7 +734,7 @@ class TaskRunner:
             fields["spool_from_seq"] = head.last_checkpoint_seq if head is not None else 0
             fields["replicate"] = not run.local
             if run.local and worker.replicates:
-                fields["direct_every_s"] = self._direct_every_s()
+                fields["direct_every_s"] = self._spool_interval_s()
         conn = worker.conn
 
         def died() -> WorkerDied:
@@ -825,7 +826,10 @@ class TaskRunner:
             return
         with self._handoff_lock:
             pending, run.spool_pending = run.spool_pending, None
-        if pending is not None and not replicated_through(worker) >= pending[0].seq == pending[1]:
+        if pending is None:
+            return
+        covered = in_redis(replicated_through(worker), pending[0].seq, pending[1])
+        if pending_action(covered=covered, final=True, age_s=0.0, due_s=0.0) is PendingAction.SHIP:
             self._ship_spooled(run, *pending)
 
     def _replicate_spooled(self, run: _Run, seq: int) -> None:
@@ -847,8 +851,10 @@ class TaskRunner:
         self._wait_replicated(run, shipped[1])
         self._ensure(run)
 
-    def _direct_every_s(self) -> float:
-        """How often a worker writes a local run's newest checkpoint to Redis itself, s."""
+    def _spool_interval_s(self) -> float:
+        """The replicator's linger minus ``HANDOFF_HOLD_MARGIN_S``, seconds: how often the
+        tick ingests spools, how often a worker writes a local run's newest
+        checkpoint to Redis itself, and when a deferred one is due."""
         return max(0.0, getattr(self.replicator, "linger_s", 0.0) - HANDOFF_HOLD_MARGIN_S)
 
     def _ingest_spools(
@@ -930,11 +936,11 @@ class TaskRunner:
             run, saved.seq, saved.ref, saved.covers_journal_seq, row.payload, row.label, False
         )
         run.checkpoint = summary
-        in_redis = saved.seq == row.seq <= replicated
-        if in_redis or defer:
+        covered = in_redis(replicated, row.seq, saved.seq)
+        if covered or defer:
             with self._handoff_lock:
-                run.spool_pending = None if in_redis else (row, saved.seq, summary, record)
-            self._report_soon(run, summary, replicated=saved.seq if in_redis else None)
+                run.spool_pending = None if covered else (row, saved.seq, summary, record)
+            self._report_soon(run, summary, replicated=saved.seq if covered else None)
             return
         with self._handoff_lock:
             run.spool_pending = None
@@ -981,7 +987,7 @@ class TaskRunner:
     def _ship_pending(self) -> None:
         """Ship each run's deferred newest checkpoint (``spool_pending``) that no worker
         write covered by the time it would have lingered out (on the loop, each tick)."""
-        due_s = max(0.0, getattr(self.replicator, "linger_s", 0.0) - HANDOFF_HOLD_MARGIN_S)
+        due_s = self._spool_interval_s()
         now_ms = _wall_ms()
         ship = []
         with self._handoff_lock:
@@ -989,12 +995,17 @@ class TaskRunner:
                 pending = run.spool_pending
                 if pending is None:
                     continue
-                row, seq = pending[0], pending[1]
-                worker = run.worker
-                if worker is not None and replicated_through(worker) >= row.seq == seq:
-                    run.spool_pending = None  # the worker wrote it (or a newer one)
-                elif worker is None or now_ms - row.created_at_ms >= due_s * 1000:
+                row, worker = pending[0], run.worker
+                action = pending_action(
+                    covered=worker is not None
+                    and in_redis(replicated_through(worker), row.seq, pending[1]),
+                    final=worker is None,
+                    age_s=(now_ms - row.created_at_ms) / 1000,
+                    due_s=due_s,
+                )
+                if action is not PendingAction.KEEP:
                     run.spool_pending = None
+                if action is PendingAction.SHIP:
                     ship.append((run, pending))
         for run, (row, seq, summary, record) in ship:
             self._ship_spooled(run, row, seq, summary, record)
@@ -1081,8 +1092,7 @@ class TaskRunner:
         if self._ingesting:
             return
         now = time.monotonic()
-        interval = max(0.0, getattr(self.replicator, "linger_s", 0.0) - HANDOFF_HOLD_MARGIN_S)
-        if now < self._ingested_s + interval:
+        if now < self._ingested_s + self._spool_interval_s():
             return
         pairs: list[tuple[Worker, _Run | None]] = [
             (run.worker, run)

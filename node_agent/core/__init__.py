@@ -6,7 +6,9 @@
   turns them into protobuf at the edge);
 - ``restore``: where a task resumes from (local store vs Redis), and when
   resuming would lose acknowledged work;
-- ``redisloss``: the rules for a Redis that lost data.
+- ``redisloss``: the rules for a Redis that lost data;
+- ``spooled``: which spooled checkpoints the agent still ships to Redis when
+  worker processes write them there themselves.
 
 Nothing here reads a clock, a socket, a file or a random source; the shared
 purity test (``tests/unit/test_core_purity.py``) checks every module.

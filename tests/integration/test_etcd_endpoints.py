@@ -6,6 +6,13 @@ new raft leader no lease keepalive is answered, so the coordinator leader must
 enter that gap with enough of its lease left (``KEEPALIVES_PER_TTL``). It
 keeps its lease and its leadership (no new term). At ``ttl/3`` keepalives the
 etcd-member-loss drill lost its leader this way (a 5.2 s failover).
+
+The etcd members run with a 500 ms election timeout (50 ms heartbeat), as
+``docs/operator.md`` advises beside ``--etcd-endpoints``: raft's failover
+(one to two election timeouts, then the vote) must fit with room in the
+2.5 s of lease the leader has left. At etcd's default 1 s the room is about
+0.5 s, and on a loaded 2-core CI machine a slow raft election once used it
+up (the lease ran out at 2.99 s held, CI of ``8646df4``).
 """
 
 from __future__ import annotations
@@ -63,7 +70,7 @@ async def _leader(servers: list[CoordinatorServer], timeout_s: float = 20.0) -> 
 async def test_member_loss_keeps_the_leader(
     make_etcd_cluster: Callable[..., EtcdCluster], redis_server: Any
 ) -> None:
-    etcd = make_etcd_cluster(size=3)
+    etcd = make_etcd_cluster(size=3, heartbeat_interval_ms=50, election_timeout_ms=500)
     endpoints = tuple(str(e) for e in etcd.endpoints)
     cluster = f"member-loss-{uuid.uuid4().hex[:8]}"
     servers = [

@@ -63,6 +63,7 @@ a zombie handler cannot go on past the fence.
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import math
 import multiprocessing
@@ -88,6 +89,7 @@ from lazarus.storage.replica import (
     Outcome,
     ReplicationItem,
 )
+from node_agent.metrics import CHECKPOINT_BUCKETS_S
 from node_agent.sdk import (
     FencingToken,
     OwnershipLapsed,
@@ -108,6 +110,13 @@ __all__ = [
 ]
 
 _DEADLINE, _FENCED, _STOPPED, _REPLICATED = 0, 1, 2, 3
+_STATS = 4
+"""Where the worker's checkpoint-duration counts start in its shared array: per
+durability (local, then replicated) one count per bucket of
+``CHECKPOINT_BUCKETS_S`` and +Inf, then the sum of seconds."""
+_STAT_WIDTH = len(CHECKPOINT_BUCKETS_S) + 2
+_DURABILITIES = ("local", "replicated")
+_SHARED_SIZE = _STATS + _STAT_WIDTH * len(_DURABILITIES)
 
 DIRECT_BACKOFF_S = 5.0
 """After a failed write of its own to Redis, how long a worker leaves writes to the agent, s."""
@@ -175,7 +184,7 @@ class Worker:
         redis: WorkerRedis | None = None,
     ) -> None:
         self.conn, child = mp.Pipe(duplex=True)
-        self.shared = mp.Array("d", 4, lock=False)
+        self.shared = mp.Array("d", _SHARED_SIZE, lock=False)
         self.shared[_DEADLINE] = math.nan
         self.spool = SpoolReader(spool_path) if spool_path is not None else None
         self.spool_lock = threading.Lock()
@@ -223,6 +232,14 @@ class Worker:
         return f"exited with status {code}"
 
 
+def _add_counts(
+    into: dict[str, tuple[list[float], float]], more: dict[str, tuple[list[float], float]]
+) -> None:
+    for durability, (counts, total_s) in more.items():
+        have, have_s = into.get(durability, ([0.0] * len(counts), 0.0))
+        into[durability] = ([a + b for a, b in zip(have, counts, strict=True)], have_s + total_s)
+
+
 class WorkerPool:
     """Up to ``size`` idle worker processes; ``acquire`` starts one when none is idle.
 
@@ -249,6 +266,10 @@ class WorkerPool:
         self._mp = multiprocessing.get_context("spawn")
         self._idle: list[Worker] = []
         self._busy: set[Worker] = set()
+        # Every worker started and not yet folded into ``_retired`` by
+        # ``checkpoint_stats`` (a killed worker's counts outlive its process).
+        self._started: list[Worker] = []
+        self._retired: dict[str, tuple[list[float], float]] = {}
         self._lock = threading.Lock()
         self._deadline = math.nan
         self._fenced = 0.0
@@ -260,6 +281,7 @@ class WorkerPool:
             worker = Worker(self._mp, self.nice, self._spool_path(), self.redis)
             self._publish_to(worker)
             with self._lock:
+                self._started.append(worker)
                 if self._closed or len(self._idle) >= self.size:
                     worker.kill()
                     return
@@ -286,6 +308,7 @@ class WorkerPool:
         worker = Worker(self._mp, self.nice, self._spool_path(), self.redis)
         self._publish_to(worker)
         with self._lock:
+            self._started.append(worker)
             self._busy.add(worker)
         return worker
 
@@ -303,6 +326,24 @@ class WorkerPool:
         with self._lock:
             self._busy.discard(worker)
         worker.kill()
+
+    def checkpoint_stats(self) -> dict[str, tuple[list[float], float]]:
+        """The checkpoint durations every worker of this pool counted (an
+        ``AgentMetrics.add_checkpoint_source``): durability -> (count per bucket
+        of ``CHECKPOINT_BUCKETS_S`` then +Inf, sum of seconds)."""
+        with self._lock:
+            live = {id(w) for w in (*self._idle, *self._busy)}
+            gone = [w for w in self._started if id(w) not in live]
+            if gone:
+                self._started = [w for w in self._started if id(w) in live]
+                for worker in gone:
+                    _add_counts(self._retired, checkpoint_counts(worker.shared))
+            total: dict[str, tuple[list[float], float]] = {
+                d: (list(c), s) for d, (c, s) in self._retired.items()
+            }
+            for worker in self._started:
+                _add_counts(total, checkpoint_counts(worker.shared))
+        return total
 
     def publish(self, deadline_s: float | None, fenced: bool) -> None:
         """Share the agent's fence with every worker (called after each core step)."""
@@ -331,6 +372,17 @@ class WorkerPool:
 def stop_run(worker: Worker) -> None:
     """Mark the worker's run stopped: its next context call or ownership check raises."""
     worker.shared[_STOPPED] = 1.0
+
+
+def checkpoint_counts(shared: Any) -> dict[str, tuple[list[float], float]]:
+    """The checkpoint durations a worker counted: durability -> (per-bucket counts, sum s)."""
+    out = {}
+    for i, durability in enumerate(_DURABILITIES):
+        base = _STATS + i * _STAT_WIDTH
+        counts = list(shared[base : base + _STAT_WIDTH - 1])
+        if any(counts):
+            out[durability] = (counts, float(shared[base + _STAT_WIDTH - 1]))
+    return out
 
 
 def replicated_through(worker: Worker) -> int:
@@ -425,6 +477,7 @@ class ProcessTaskContext:
         """
         if self._spool is None:
             return int(self._call("checkpoint", state, reason))
+        t0 = time.monotonic()
         self._owner()
         payload = encode_json(state, "checkpoint state")
         if len(payload) > self._max_payload_bytes:
@@ -443,14 +496,24 @@ class ProcessTaskContext:
                 if not self._replicate(seq, label, payload, created):
                     # Redis did not take it from us: the agent ships it (retries,
                     # STALE, holes) and answers once Redis holds it.
-                    return int(self._call("replicate", seq))
+                    shipped = int(self._call("replicate", seq))
+                    self._observe(time.monotonic() - t0)
+                    return shipped
             elif self._direct_every is not None:
                 now = time.monotonic()
                 if now - self._direct_at >= self._direct_every:
                     self._direct_at = now
                     self._replicate(seq, label, payload, created)  # best effort
         self._owner(new_effect=False)
+        self._observe(time.monotonic() - t0)
         return seq
+
+    def _observe(self, elapsed_s: float) -> None:
+        """Count a spooled checkpoint's duration where the agent's metrics read it."""
+        base = _STATS + (_STAT_WIDTH if self._replicated else 0)
+        shared = self._shared
+        shared[base + bisect.bisect_left(CHECKPOINT_BUCKETS_S, elapsed_s)] += 1.0
+        shared[base + _STAT_WIDTH - 1] += elapsed_s
 
     def _replicate(self, seq: int, label: str, payload: bytes, created_ms: int) -> bool:
         """Write the spooled checkpoint ``seq`` to Redis; True when Redis holds it."""

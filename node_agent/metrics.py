@@ -3,7 +3,10 @@
 Series (base units; counters end in ``_total``):
 
 - ``lazarus_agent_checkpoint_seconds{durability}`` (histogram): a ``ctx.checkpoint``
-  call, from the call to its return (local fsync, plus Redis ack for "replicated");
+  call, from the call to its return (local fsync, plus Redis ack for "replicated"),
+  in the agent or, for a handler with ``isolation="process"``, in its worker
+  process (each worker counts into memory it shares with the agent, read at
+  every scrape: ``add_checkpoint_source``);
 - ``lazarus_agent_checkpoint_bytes`` (histogram): encoded checkpoint state sizes;
 - ``lazarus_agent_replication_lag_seconds``: age of the oldest record not yet
   acknowledged by Redis (0 when caught up);
@@ -28,11 +31,82 @@ Series (base units; counters end in ``_total``):
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import cast
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client.core import HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
-__all__ = ["AgentMetrics"]
+__all__ = ["CHECKPOINT_BUCKETS_S", "AgentMetrics", "CheckpointSource"]
 
-_CKPT_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0)
+CHECKPOINT_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0)
+"""Upper bounds (seconds) of ``lazarus_agent_checkpoint_seconds``; workers count into the same."""
+
+CheckpointSource = Callable[[], Mapping[str, tuple[Sequence[float], float]]]
+"""Checkpoint durations counted outside the agent (its worker processes), read at a scrape:
+durability -> (count per bucket of ``CHECKPOINT_BUCKETS_S`` then +Inf, not cumulative;
+sum of seconds). Counts only grow."""
+
+
+class _CheckpointSeconds(Collector):
+    """``lazarus_agent_checkpoint_seconds``: the agent's own observations plus its sources'."""
+
+    def __init__(self, own: Histogram, doc: str) -> None:
+        self._own = own
+        self._doc = doc
+        self.sources: list[CheckpointSource] = []
+
+    def collect(self) -> Iterator[Metric]:
+        # durability -> per-bucket counts (not cumulative, +Inf last) and sum
+        counts: dict[str, list[float]] = {}
+        sums: dict[str, float] = {}
+        width = len(CHECKPOINT_BUCKETS_S) + 1
+        for metric in self._own.collect():
+            below: dict[str, float] = {}
+            for sample in metric.samples:
+                durability = sample.labels.get("durability", "")
+                if sample.name.endswith("_bucket"):
+                    row = counts.setdefault(durability, [0.0] * width)
+                    row[_bucket_index(sample.labels["le"])] += sample.value - below.get(
+                        durability, 0.0
+                    )
+                    below[durability] = sample.value  # buckets come in order, cumulative
+                elif sample.name.endswith("_sum"):
+                    sums[durability] = sums.get(durability, 0.0) + sample.value
+        for source in self.sources:
+            for durability, (bucket_counts, total_s) in source().items():
+                row = counts.setdefault(durability, [0.0] * width)
+                for i, n in enumerate(bucket_counts[:width]):
+                    row[i] += n
+                sums[durability] = sums.get(durability, 0.0) + total_s
+        family = HistogramMetricFamily(
+            "lazarus_agent_checkpoint_seconds", self._doc, labels=["durability"]
+        )
+        for durability in sorted(counts):
+            cumulative, buckets = 0.0, []
+            for le, n in zip(_LE, counts[durability], strict=True):
+                cumulative += n
+                buckets.append((le, cumulative))
+            family.add_metric([durability], buckets, sums.get(durability, 0.0))
+        yield family
+
+
+_CKPT_DOC = "ctx.checkpoint call duration, by durability (agent and worker processes)."
+
+
+_LE = tuple(
+    cast(Callable[[float], str], floatToGoString)(b) for b in (*CHECKPOINT_BUCKETS_S, math.inf)
+)
+"""The ``le`` label of each bucket, as prometheus_client writes it."""
+
+
+def _bucket_index(le: str) -> int:
+    return _LE.index(le)
+
+
 _BYTES_BUCKETS = (256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304)
 _RTT_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0)
 
@@ -47,20 +121,24 @@ class AgentMetrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
         r = self.registry
+        # The agent's own observations; exported through the collector below,
+        # which adds the worker processes' counts (``add_checkpoint_source``).
         self.checkpoint_seconds = Histogram(
             "lazarus_agent_checkpoint_seconds",
-            "ctx.checkpoint call duration, by durability.",
+            _CKPT_DOC,
             ["durability"],
-            buckets=_CKPT_BUCKETS_S,
-            registry=r,
+            buckets=CHECKPOINT_BUCKETS_S,
+            registry=None,
         )
+        self._checkpoint_collector = _CheckpointSeconds(self.checkpoint_seconds, _CKPT_DOC)
+        r.register(self._checkpoint_collector)
         self.checkpoint_hop_seconds = Histogram(
             "lazarus_agent_checkpoint_hop_seconds",
             "One hop of a sync handler's checkpoint/record (short path): commit (handler "
             "thread to store and back), handoff (thread to event loop), redis (loop to Redis "
             "ack), wake (ack to the handler thread running again).",
             ["hop"],
-            buckets=(0.0001, 0.00025, *_CKPT_BUCKETS_S),
+            buckets=(0.0001, 0.00025, *CHECKPOINT_BUCKETS_S),
             registry=r,
         )
         self.spooled_checkpoints = Counter(
@@ -139,6 +217,11 @@ class AgentMetrics:
             buckets=_RTT_BUCKETS_S,
             registry=r,
         )
+
+    def add_checkpoint_source(self, source: CheckpointSource) -> None:
+        """Count ``source``'s checkpoint durations into ``lazarus_agent_checkpoint_seconds``
+        (read at every scrape; ``WorkerPool.checkpoint_stats`` is one)."""
+        self._checkpoint_collector.sources.append(source)
 
     def serve(self, host: str, port: int) -> None:
         """Serve ``/metrics`` on host:port from a daemon thread.

@@ -444,6 +444,7 @@ class TaskRunner:
             self._workers = WorkerPool(
                 self.slots, self.worker_nice, spool_dir, self.worker_redis if spool_dir else None
             )
+            self.metrics.add_checkpoint_source(self._workers.checkpoint_stats)
             self._workers.publish(self._ownership.deadline_s, self._ownership.fenced)
         return self._workers
 

@@ -112,6 +112,13 @@ class _Node:
         )
         return value or 0.0
 
+    def checkpoints_timed(self, durability: str = "replicated") -> float:
+        """``lazarus_agent_checkpoint_seconds_count``: calls timed, in workers or here."""
+        value = self.runner.metrics.registry.get_sample_value(
+            "lazarus_agent_checkpoint_seconds_count", {"durability": durability}
+        )
+        return value or 0.0
+
 
 @pytest.fixture
 async def make_node(redis_server: Any, tmp_path: Path) -> AsyncIterator[Any]:
@@ -177,6 +184,7 @@ async def test_a_replicated_checkpoint_is_in_redis_when_the_worker_returns_it(
         assert in_redis >= seq, f"checkpoint {seq} returned while Redis held {in_redis}"
     assert committed == [True], "the agent committed only the result"
     assert node.fallbacks() == 0
+    assert node.checkpoints_timed() == 6, "five timed in the worker, the result here"
     infos = node.store.list("t1")
     assert [i.seq for i in infos] == [1, 2, 3, 4, 5, 6]
     assert infos[-1].label == RESULT_LABEL
@@ -208,6 +216,7 @@ async def test_a_worker_that_cannot_reach_redis_hands_its_checkpoints_to_the_age
     for seq, in_redis in seen:
         assert in_redis >= seq, f"checkpoint {seq} returned while Redis held {in_redis}"
     assert node.fallbacks() == 3
+    assert node.checkpoints_timed() == 4, "each call timed with its hand-off, and the result"
 
 
 async def test_a_checkpoint_fenced_in_redis_does_not_return_and_the_run_is_lost(

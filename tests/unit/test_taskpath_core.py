@@ -710,6 +710,43 @@ async def test_a_local_tasks_checkpoints_commit_in_its_worker_not_in_the_agent(
         await runner.close()
 
 
+def _checkpoint_count(runner: TaskRunner, durability: str) -> float:
+    return (
+        runner.metrics.registry.get_sample_value(
+            "lazarus_agent_checkpoint_seconds_count", {"durability": durability}
+        )
+        or 0.0
+    )
+
+
+async def test_a_workers_checkpoint_calls_are_in_the_agents_checkpoint_histogram(
+    tmp_path: Path,
+) -> None:
+    """``lazarus_agent_checkpoint_seconds`` counts a process task's spooled
+    checkpoints (timed in its worker) beside the agent's own commits (the
+    result), and keeps a worker's counts after that worker is SIGKILLed."""
+    with CheckpointStore(tmp_path / "s", durability="group") as store:
+        runner, reporter = _runner(tmp_path, _process_app(), store)
+        runner.start(_assign("t1", "steps"))
+        await asyncio.wait_for(reporter.done.wait(), 30)
+        # three spooled in the worker, the result committed by the agent
+        assert _checkpoint_count(runner, "local") == 4
+        seconds = runner.metrics.registry.get_sample_value(
+            "lazarus_agent_checkpoint_seconds_sum", {"durability": "local"}
+        )
+        assert seconds is not None
+        assert 0 < seconds < 30
+        reporter.done.clear()
+        runner.start(_assign("victim", "spin"))  # one spooled checkpoint, then spins
+        pid = await _checkpointed_pid(runner, store, "victim")
+        os.kill(pid, signal.SIGKILL)
+        await asyncio.wait_for(reporter.done.wait(), 10)
+        assert not _pid_alive(pid)
+        assert _checkpoint_count(runner, "local") == 5, "the dead worker's count was lost"
+        await runner.close()
+        assert _checkpoint_count(runner, "local") == 5
+
+
 async def test_what_a_killed_worker_spooled_is_ingested_not_lost(tmp_path: Path) -> None:
     """A checkpoint that returned to its handler is durable: the worker's death
     (SIGKILL before any ingestion) does not lose it; the agent ingests it."""

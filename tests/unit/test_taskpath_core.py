@@ -670,13 +670,12 @@ async def test_a_stopped_handler_process_that_ignores_cancellation_is_killed(
 # ------------------------------------------------------- the checkpoint spool
 
 
+def _sample(runner: TaskRunner, name: str, labels: dict[str, str]) -> float:
+    return runner.metrics.registry.get_sample_value(name, labels) or 0.0
+
+
 def _spooled(runner: TaskRunner, outcome: str) -> float:
-    return (
-        runner.metrics.registry.get_sample_value(
-            "lazarus_agent_spooled_checkpoints_total", {"outcome": outcome}
-        )
-        or 0.0
-    )
+    return _sample(runner, "lazarus_agent_spooled_checkpoints_total", {"outcome": outcome})
 
 
 async def test_a_local_tasks_checkpoints_commit_in_its_worker_not_in_the_agent(
@@ -711,12 +710,7 @@ async def test_a_local_tasks_checkpoints_commit_in_its_worker_not_in_the_agent(
 
 
 def _checkpoint_count(runner: TaskRunner, durability: str) -> float:
-    return (
-        runner.metrics.registry.get_sample_value(
-            "lazarus_agent_checkpoint_seconds_count", {"durability": durability}
-        )
-        or 0.0
-    )
+    return _sample(runner, "lazarus_agent_checkpoint_seconds_count", {"durability": durability})
 
 
 async def test_a_workers_checkpoint_calls_are_in_the_agents_checkpoint_histogram(
@@ -731,10 +725,7 @@ async def test_a_workers_checkpoint_calls_are_in_the_agents_checkpoint_histogram
         await asyncio.wait_for(reporter.done.wait(), 30)
         # three spooled in the worker, the result committed by the agent
         assert _checkpoint_count(runner, "local") == 4
-        seconds = runner.metrics.registry.get_sample_value(
-            "lazarus_agent_checkpoint_seconds_sum", {"durability": "local"}
-        )
-        assert seconds is not None
+        seconds = _sample(runner, "lazarus_agent_checkpoint_seconds_sum", {"durability": "local"})
         assert 0 < seconds < 30
         reporter.done.clear()
         runner.start(_assign("victim", "spin"))  # one spooled checkpoint, then spins

@@ -24,6 +24,7 @@ import redis.asyncio
 import replicated_workers
 
 from lazarus.v1 import agent_pb2, records_pb2
+from lazarus_dev.runner_fakes import RecordingReporter, assign
 from node_agent.checkpoint import CheckpointStore
 from node_agent.core import Ownership
 from node_agent.isolation import WorkerRedis
@@ -35,31 +36,6 @@ from node_agent.sdk import Agent
 pytestmark = pytest.mark.timeout(120)
 
 INCARNATION = "inc-wr"
-
-
-class _Reporter:
-    def __init__(self) -> None:
-        self.results: list[dict[str, Any]] = []
-        self.progressed: list[dict[str, Any]] = []
-        self.lost_to: list[int] = []
-        self.done = asyncio.Event()
-
-    async def started(self, task_id: str, epoch: int, started: Any) -> None:
-        pass
-
-    def progress(self, task_id: str, epoch: int, **fields: Any) -> None:
-        self.progressed.append(fields)
-
-    async def finished(self, task_id: str, epoch: int, **fields: Any) -> None:
-        self.results.append(fields)
-        self.done.set()
-
-    async def stopped(self, task_id: str, epoch: int, **fields: Any) -> None:
-        self.done.set()
-
-    async def lost(self, task_id: str, epoch: int, current_epoch: int) -> None:
-        self.lost_to.append(current_epoch)
-        self.done.set()
 
 
 def _app() -> Agent:
@@ -81,17 +57,7 @@ def _assign(
     epoch: int = 1,
     durability: Any = records_pb2.CHECKPOINT_DURABILITY_REPLICATED,
 ) -> agent_pb2.Assign:
-    return agent_pb2.Assign(
-        task_id=task_id,
-        epoch=epoch,
-        attempt=1,
-        spec=records_pb2.TaskSpec(
-            kind=kind,
-            payload=json.dumps(payload).encode(),
-            content_type="application/json",
-            durability=durability,
-        ),
-    )
+    return assign(task_id, kind, json.dumps(payload).encode(), epoch=epoch, durability=durability)
 
 
 def _closed_port() -> int:
@@ -101,7 +67,9 @@ def _closed_port() -> int:
 
 
 class _Node:
-    def __init__(self, runner: TaskRunner, reporter: _Reporter, store: CheckpointStore) -> None:
+    def __init__(
+        self, runner: TaskRunner, reporter: RecordingReporter, store: CheckpointStore
+    ) -> None:
         self.runner = runner
         self.reporter = reporter
         self.store = store
@@ -130,7 +98,7 @@ async def make_node(redis_server: Any, tmp_path: Path) -> AsyncIterator[Any]:
         replicator = Replicator(replica, linger_s=0.5)
         await replicator.start()
         store = CheckpointStore(tmp_path / f"store-{len(made)}", durability="group")
-        reporter = _Reporter()
+        reporter = RecordingReporter(done_on_stop=True)
         runner = TaskRunner(
             app=_app(),
             store=store,
@@ -158,6 +126,18 @@ async def make_node(redis_server: Any, tmp_path: Path) -> AsyncIterator[Any]:
         await client.aclose()
 
 
+async def _read_redis_run(node: _Node, task_id: str, payload: dict[str, Any]) -> None:
+    """Run ``read-redis`` to its result: after each checkpoint returned, Redis held it."""
+    node.runner.start(_assign(task_id, "read-redis", payload))
+    await asyncio.wait_for(node.reporter.done.wait(), 60)
+    result = node.reporter.results[0]["result"]
+    assert result is not None, node.reporter.results
+    seen = json.loads(result.payload)
+    assert [s for s, _ in seen] == list(range(1, payload["steps"] + 1))
+    for seq, in_redis in seen:
+        assert in_redis >= seq, f"checkpoint {seq} returned while Redis held {in_redis}"
+
+
 async def test_a_replicated_checkpoint_is_in_redis_when_the_worker_returns_it(
     redis_server: Any, make_node: Any
 ) -> None:
@@ -174,14 +154,7 @@ async def test_a_replicated_checkpoint_is_in_redis_when_the_worker_returns_it(
 
     node.runner._checkpoint_sync = counting
     payload = {"steps": 5, "redis_url": redis_server.url, "prefix": prefix}
-    node.runner.start(_assign("t1", "read-redis", payload))
-    await asyncio.wait_for(node.reporter.done.wait(), 60)
-    result = node.reporter.results[0]["result"]
-    assert result is not None, node.reporter.results
-    seen = json.loads(result.payload)
-    assert [s for s, _ in seen] == [1, 2, 3, 4, 5]
-    for seq, in_redis in seen:
-        assert in_redis >= seq, f"checkpoint {seq} returned while Redis held {in_redis}"
+    await _read_redis_run(node, "t1", payload)
     assert committed == [True], "the agent committed only the result"
     assert node.fallbacks() == 0
     assert node.checkpoints_timed() == 6, "five timed in the worker, the result here"
@@ -207,14 +180,7 @@ async def test_a_worker_that_cannot_reach_redis_hands_its_checkpoints_to_the_age
     prefix = f"wr{uuid.uuid4().hex[:8]}"
     node = await make_node(prefix, f"redis://127.0.0.1:{_closed_port()}/0")
     payload = {"steps": 3, "redis_url": redis_server.url, "prefix": prefix}
-    node.runner.start(_assign("t2", "read-redis", payload))
-    await asyncio.wait_for(node.reporter.done.wait(), 60)
-    result = node.reporter.results[0]["result"]
-    assert result is not None, node.reporter.results
-    seen = json.loads(result.payload)
-    assert [s for s, _ in seen] == [1, 2, 3]
-    for seq, in_redis in seen:
-        assert in_redis >= seq, f"checkpoint {seq} returned while Redis held {in_redis}"
+    await _read_redis_run(node, "t2", payload)
     assert node.fallbacks() == 3
     assert node.checkpoints_timed() == 4, "each call timed with its hand-off, and the result"
 

@@ -27,6 +27,7 @@ import taskpath_workers
 
 from lazarus.storage.errors import StoreIOError
 from lazarus.v1 import agent_pb2, records_pb2
+from lazarus_dev.runner_fakes import RecordingReporter, assign
 from node_agent.checkpoint import Checkpoint, CheckpointStore, StaleEpoch
 from node_agent.core import AgentCore, Ownership
 from node_agent.core import records as rec
@@ -103,30 +104,6 @@ def test_a_fence_keeps_its_deadline_for_results_but_forbids_new_effects() -> Non
 # ---------------------------------------------------------------- the runner
 
 
-class _Reporter:
-    def __init__(self) -> None:
-        self.results: list[dict[str, Any]] = []
-        self.started_: list[agent_pb2.TaskUpdate.Started] = []
-        self.progressed: list[dict[str, Any]] = []  # the fields of each progress report
-        self.done = asyncio.Event()
-
-    async def started(self, task_id: str, epoch: int, started: Any) -> None:
-        self.started_.append(started)
-
-    def progress(self, task_id: str, epoch: int, **fields: Any) -> None:
-        self.progressed.append(fields)
-
-    async def finished(self, task_id: str, epoch: int, **fields: Any) -> None:
-        self.results.append(fields)
-        self.done.set()
-
-    async def stopped(self, task_id: str, epoch: int, **fields: Any) -> None:
-        pass
-
-    async def lost(self, task_id: str, epoch: int, current_epoch: int) -> None:
-        pass
-
-
 class _Replicator:
     """Acknowledges every item at once (Redis is covered by the integration tests)."""
 
@@ -156,8 +133,10 @@ class _Claims:
         return ReplicationResult(Outcome.OK, epoch), None
 
 
-def _runner(tmp_path: Path, app: Agent, store: CheckpointStore) -> tuple[TaskRunner, _Reporter]:
-    reporter = _Reporter()
+def _runner(
+    tmp_path: Path, app: Agent, store: CheckpointStore
+) -> tuple[TaskRunner, RecordingReporter]:
+    reporter = RecordingReporter()
     runner = TaskRunner(
         app=app,
         store=store,
@@ -185,14 +164,7 @@ def _assign(
     epoch: int = 1,
     durability: Any = records_pb2.CHECKPOINT_DURABILITY_UNSPECIFIED,
 ) -> agent_pb2.Assign:
-    return agent_pb2.Assign(
-        task_id=task_id,
-        epoch=epoch,
-        attempt=1,
-        spec=records_pb2.TaskSpec(
-            kind=kind, payload=b"{}", content_type="application/json", durability=durability
-        ),
-    )
+    return assign(task_id, kind, epoch=epoch, durability=durability)
 
 
 @pytest.mark.parametrize("sync", [True, False])

@@ -15,12 +15,14 @@ import os
 import signal
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+import redis.asyncio
 
+from lazarus.storage.replica import RedisCheckpointReplica
 from lazarus.v1 import records_pb2
 from lazarus_dev.devcluster import ChildProcess, LocalCluster
 
@@ -65,6 +67,24 @@ def _fenced(child: ChildProcess) -> bool:
             if json.loads(line).get("fields", {}).get("event") == "self_fence":
                 return True
     return False
+
+
+async def _result_in_redis(cluster: LocalCluster, task_id: str) -> bool:
+    """Whether Redis holds the task's terminal checkpoint (its committed result)."""
+    client = redis.asyncio.Redis.from_url(cluster.redis_url)
+    try:
+        state = await RedisCheckpointReplica(client).load(task_id)
+    finally:
+        await client.aclose()
+    return state is not None and state.checkpoint is not None and state.checkpoint.terminal
+
+
+async def _until_async(what: str, check: Callable[[], Awaitable[bool]], timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not await check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not seen in {timeout_s} s: {what}")
+        await asyncio.sleep(0.05)
 
 
 async def _until(what: str, check: Callable[[], bool], timeout_s: float) -> None:
@@ -159,7 +179,13 @@ async def test_new_owner_completes_from_the_result_in_redis_without_calling_the_
             lambda: any(e["event"] == "completion" for e in _effects(effects)),
             2,
         )
-        await asyncio.sleep(0.5)  # its result reaches Redis
+        # The result reaches Redis (the fenced agent still ships what it
+        # committed; ``local`` lingers up to 0.5 s): only then does the new
+        # owner have it to find. A fixed 0.5 s sleep was short on a loaded CI
+        # machine, and the task then legitimately re-ran at epoch 2.
+        await _until_async(
+            "the result in Redis", lambda: _result_in_redis(cluster, rec.task_id), 10
+        )
         owner.pause()  # the owner stays away: the leader must move the task
         paused_owner = True
         leader.resume()

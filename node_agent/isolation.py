@@ -107,10 +107,11 @@ __all__ = [
     "WorkerPool",
     "WorkerRedis",
     "replicated_through",
+    "spooled_through",
 ]
 
-_DEADLINE, _FENCED, _STOPPED, _REPLICATED = 0, 1, 2, 3
-_STATS = 4
+_DEADLINE, _FENCED, _STOPPED, _REPLICATED, _SPOOLED, _SPOOLED_MS = 0, 1, 2, 3, 4, 5
+_STATS = 6
 """Where the worker's checkpoint-duration counts start in its shared array: per
 durability (local, then replicated) one count per bucket of
 ``CHECKPOINT_BUCKETS_S`` and +Inf, then the sum of seconds."""
@@ -303,6 +304,7 @@ class WorkerPool:
                     self._busy.add(worker)
                     worker.shared[_STOPPED] = 0.0
                     worker.shared[_REPLICATED] = 0.0  # seqs of the new run start over
+                    worker.shared[_SPOOLED] = 0.0
                     return worker
                 worker.kill()
         worker = Worker(self._mp, self.nice, self._spool_path(), self.redis)
@@ -383,6 +385,12 @@ def checkpoint_counts(shared: Any) -> dict[str, tuple[list[float], float]]:
         if any(counts):
             out[durability] = (counts, float(shared[base + _STAT_WIDTH - 1]))
     return out
+
+
+def spooled_through(worker: Worker) -> tuple[int, int]:
+    """The newest seq the worker's current run spooled (0: none) and its commit
+    time, Unix ms. Read before the spool: every row up to that seq is in it."""
+    return int(worker.shared[_SPOOLED]), int(worker.shared[_SPOOLED_MS])
 
 
 def replicated_through(worker: Worker) -> int:
@@ -491,6 +499,8 @@ class ProcessTaskContext:
             self.task_id, self.epoch, seq, self._journal_seq, label, payload
         )
         self._seq = seq
+        self._shared[_SPOOLED_MS] = float(created)
+        self._shared[_SPOOLED] = float(seq)  # after the commit: a reader finds the row
         if self._direct is not None:
             if self._replicated:
                 if not self._replicate(seq, label, payload, created):

@@ -69,7 +69,7 @@ from node_agent.core.restore import (
     plan_restore,
     resume_without_redis,
 )
-from node_agent.core.spooled import PendingAction, in_redis, pending_action
+from node_agent.core.spooled import PendingAction, in_redis, ingest_now, pending_action
 from node_agent.isolation import (
     DEFAULT_WORKER_NICE,
     Worker,
@@ -77,6 +77,7 @@ from node_agent.isolation import (
     WorkerPool,
     WorkerRedis,
     replicated_through,
+    spooled_through,
     stop_run,
 )
 from node_agent.metrics import AgentMetrics
@@ -208,6 +209,9 @@ class _Run:
     # The newest ingested checkpoint of a local run, left for its worker to
     # write to Redis: (row, stored seq, summary, record); see _ship_pending.
     spool_pending: tuple[Any, int, Any, Any] | None = None
+    # The newest seq of the run its spool held when last ingested, and when (monotonic s).
+    spool_ingested: int = 0
+    spool_ingested_s: float = 0.0
 
     @property
     def local(self) -> bool:
@@ -874,6 +878,8 @@ class TaskRunner:
         with contextlib.ExitStack() as held:
             for worker, _ in sorted(pairs, key=lambda p: id(p[0])):
                 held.enter_context(worker.spool_lock)  # one order: no deadlock
+            # Before the reads: every row up to these seqs is in the spools.
+            through = [spooled_through(worker)[0] for worker, _ in pairs]
             try:
                 for worker, _ in pairs:
                     assert worker.spool is not None
@@ -881,6 +887,7 @@ class TaskRunner:
                     if rows:
                         read.append((worker, rows))
                 if not read:
+                    self._mark_ingested(pairs, through)
                     return
                 outcomes = self._ingest_rows(
                     [r for _, rows in read for r in rows],
@@ -892,6 +899,7 @@ class TaskRunner:
             except (CheckpointStoreError, sqlite3.Error) as exc:
                 _log.warning("spool: not ingested yet (%s); will retry", exc)
                 return
+            self._mark_ingested(pairs, through)
             # Still under the locks: a relay that asks for a run's newest ship
             # (``_replicate_spooled``) sees it once its rows left the spool.
             for worker, run in pairs:
@@ -902,6 +910,14 @@ class TaskRunner:
                         replicated_through(worker),
                         defer=defer and run.local and worker.replicates,
                     )
+
+    @staticmethod
+    def _mark_ingested(pairs: list[tuple[Worker, _Run | None]], through: list[int]) -> None:
+        now = time.monotonic()
+        for (_, run), seq in zip(pairs, through, strict=True):
+            if run is not None:
+                run.spool_ingested = max(run.spool_ingested, seq)
+                run.spool_ingested_s = now
 
     def _ship_ingested(
         self,
@@ -1086,7 +1102,13 @@ class TaskRunner:
 
     def ingest_spools(self) -> None:
         """Ingest the running workers' spools, at most every ``linger_s - margin``
-        (on the loop; the agent's tick calls it, the work runs in a thread)."""
+        (on the loop; the agent's tick calls it, the work runs in a thread).
+
+        Only the runs ``ingest_now`` picks: a ``replicated`` run's new rows, or a
+        worker's that does not write Redis itself, at once; a ``local`` run whose
+        worker does, when its newest row is not in Redis and due, else every
+        ``LAZY_INGEST_INTERVAL_S`` (2 s).
+        """
         if self._workers is None:
             return
         self._ship_pending()
@@ -1095,11 +1117,24 @@ class TaskRunner:
         now = time.monotonic()
         if now < self._ingested_s + self._spool_interval_s():
             return
-        pairs: list[tuple[Worker, _Run | None]] = [
-            (run.worker, run)
-            for run in self._runs.values()
-            if run.worker is not None and run.worker.spool is not None
-        ]
+        now_ms = _wall_ms()
+        due_s = self._spool_interval_s()
+        pairs: list[tuple[Worker, _Run | None]] = []
+        for run in self._runs.values():
+            worker = run.worker
+            if worker is None or worker.spool is None:
+                continue
+            spooled, spooled_ms = spooled_through(worker)
+            if ingest_now(
+                eager=not (run.local and worker.replicates),
+                spooled=spooled,
+                ingested=run.spool_ingested,
+                replicated=replicated_through(worker),
+                newest_age_s=(now_ms - spooled_ms) / 1000,
+                due_s=due_s,
+                since_s=now - run.spool_ingested_s,
+            ):
+                pairs.append((worker, run))
         if not pairs:
             return
         self._ingesting = True

@@ -17,8 +17,11 @@ and the agent moves spooled checkpoints into its store later, in batches
       ownership checked (shared deadline, parent alive)
       INSERT + COMMIT (fsync) into spool ──▶ (nothing: no message, no wake-up)
       ownership checked again, seq returned
-                                             every ~0.4 s, at every other context
-                                             call of the run, when the run ends
+                                             every ~0.4 s (a local run its worker
+                                             keeps in Redis: every 2 s, see
+                                             core.spooled.ingest_now), at every
+                                             other context call of the run,
+                                             when the run ends
                                              and when its worker dies: read the
                                              spool, commit the rows to the store
                                              (epoch and seq checked, one

@@ -3,8 +3,10 @@
 A worker process writes its run's checkpoints to Redis itself
 (``node_agent.isolation``): each one of a ``replicated`` run, and a ``local``
 run's newest at most every linger minus a margin. It publishes the highest
-seq it wrote (``replicated_through``). The agent, ingesting the spool, decides
-per run's newest ingested row with these rules; ``node_agent.runner`` carries
+seq it wrote (``replicated_through``) and the newest seq it spooled, with its
+commit time (``spooled_through``). The agent decides with these rules when to
+ingest a run's spool (``ingest_now``) and, per run's newest ingested row,
+whether it still ships it (``pending_action``); ``node_agent.runner`` carries
 them out.
 """
 
@@ -12,7 +14,17 @@ from __future__ import annotations
 
 import enum
 
-__all__ = ["PendingAction", "in_redis", "pending_action"]
+__all__ = ["LAZY_INGEST_INTERVAL_S", "PendingAction", "in_redis", "ingest_now", "pending_action"]
+
+LAZY_INGEST_INTERVAL_S = 2.0
+"""How often the agent ingests a ``local`` run's spool whose newest row its worker
+wrote to Redis itself, seconds. Nothing waits on those rows: they are durable in
+the spool, the worker keeps Redis's copy fresh, the run's other messages, its
+end and an agent restart ingest them first, and the leader hears of a ``local``
+task's checkpoints every 5 s at most (``DEFAULT_LOCAL_PROGRESS_REPORT_INTERVAL_S``).
+Ingesting each 0.4 s instead cost about 0.2 ms of agent CPU per checkpoint, and
+0.1 more of the leader's for the progress reports it triggered
+(``bench/taskpath_bench.py``, CPU-bound ``local`` steps in process isolation)."""
 
 
 def in_redis(replicated_through: int, row_seq: int, stored_seq: int) -> bool:
@@ -49,3 +61,38 @@ def pending_action(*, covered: bool, final: bool, age_s: float, due_s: float) ->
     if final or age_s >= due_s:
         return PendingAction.SHIP
     return PendingAction.KEEP
+
+
+def ingest_now(
+    *,
+    eager: bool,
+    spooled: int,
+    ingested: int,
+    replicated: int,
+    newest_age_s: float,
+    due_s: float,
+    since_s: float,
+    every_s: float = LAZY_INGEST_INTERVAL_S,
+) -> bool:
+    """Whether the agent's tick ingests a run's spool now (``TaskRunner.ingest_spools``).
+
+    Args:
+        eager: the run's rows are wanted at once: a ``replicated`` run (the
+            leader's evidence of what Redis holds), or a worker that does not
+            write to Redis itself (the agent ships every newest row).
+        spooled: the newest seq the run's worker spooled (0: none yet).
+        ingested: the newest seq of the run the agent ingested (0: none).
+        replicated: the worker's ``replicated_through``.
+        newest_age_s: seconds since the newest spooled row was committed.
+        due_s: how long a row Redis lacks may wait before the agent ships it
+            (as ``pending_action``).
+        since_s: seconds since the run's spool was last ingested.
+        every_s: how often a lazy run is ingested anyway.
+    """
+    if spooled <= ingested:
+        return False  # nothing new in the spool
+    if eager:
+        return True
+    if spooled > replicated and newest_age_s >= due_s:
+        return True  # Redis lacks the newest row and it is due: the agent ships it
+    return since_s >= every_s

@@ -276,6 +276,38 @@ async def test_a_local_tasks_checkpoints_go_to_redis_from_its_worker_not_the_age
     assert shipped == [5], f"the agent shipped {shipped}, expected only the result (5)"
 
 
+async def test_a_local_run_whose_worker_writes_redis_is_ingested_lazily(
+    redis_server: Any, make_node: Any
+) -> None:
+    """Eight checkpoints 0.5 s apart, each written to Redis by the worker: the
+    agent's tick ingests the spool at the first one and then every 2 s
+    (``LAZY_INGEST_INTERVAL_S``), not at each new row, and the store still
+    holds every checkpoint, in order, once the handler returned."""
+    prefix = f"wr{uuid.uuid4().hex[:8]}"
+    node = await make_node(prefix, redis_server.url)
+    batches: list[list[int]] = []  # the checkpoint seqs of each store.ingest call
+    ingest = node.store.ingest
+
+    def recording(items: Any) -> Any:
+        batches.append([seq for _, seq, _ in items])
+        return ingest(items)
+
+    node.store.ingest = recording
+    tick = asyncio.get_running_loop().create_task(_ticks(node.runner))
+    try:
+        payload = {"steps": 8, "every_s": 0.5}
+        node.runner.start(_assign("t6", "slow", payload, durability=LOCAL))
+        await asyncio.wait_for(node.reporter.done.wait(), 60)
+    finally:
+        tick.cancel()
+    assert node.reporter.results[0]["result"] is not None
+    assert sorted(s for b in batches for s in b) == list(range(1, 9))
+    # the first checkpoint at once, then every 2 s of a 4 s run, the rest as the
+    # handler returns (eager ingestion makes one call per checkpoint: 8)
+    assert len(batches) <= 4, f"ingested {batches}"
+    assert [i.seq for i in node.store.list("t6")] == list(range(1, 10))
+
+
 async def _ticks(runner: TaskRunner) -> None:
     """The agent's tick, as far as spools go (node_agent/agent.py: every 50 ms)."""
     while True:

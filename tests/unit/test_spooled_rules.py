@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from node_agent.core.spooled import PendingAction, in_redis, pending_action
+from node_agent.core.spooled import (
+    LAZY_INGEST_INTERVAL_S,
+    PendingAction,
+    in_redis,
+    ingest_now,
+    pending_action,
+)
 
 
 @pytest.mark.parametrize(
@@ -34,3 +40,38 @@ def test_a_deferred_row_waits_for_its_worker_until_it_would_have_lingered_out() 
 def test_a_deferred_row_ships_at_once_when_no_worker_write_will_come() -> None:
     assert pending_action(covered=False, final=True, age_s=0.0, due_s=0.4) is PendingAction.SHIP
     assert pending_action(covered=True, final=True, age_s=0.0, due_s=0.4) is PendingAction.DROP
+
+
+def _ingest(**kw: object) -> bool:
+    base: dict[str, object] = {
+        "eager": False,
+        "spooled": 5,
+        "ingested": 3,
+        "replicated": 5,
+        "newest_age_s": 0.1,
+        "due_s": 0.4,
+        "since_s": 0.5,
+    }
+    base.update(kw)
+    return ingest_now(**base)  # type: ignore[arg-type]
+
+
+def test_nothing_new_in_a_spool_is_never_ingested() -> None:
+    assert not _ingest(spooled=3, ingested=3, eager=True, since_s=99.0)
+    assert not _ingest(spooled=0, ingested=0, replicated=0, newest_age_s=99.0, since_s=99.0)
+
+
+def test_an_eager_run_is_ingested_as_soon_as_it_spooled_something_new() -> None:
+    assert _ingest(eager=True, since_s=0.0)
+
+
+def test_a_lazy_run_covered_by_its_worker_waits_for_the_interval() -> None:
+    assert not _ingest(since_s=0.5)
+    assert not _ingest(since_s=LAZY_INGEST_INTERVAL_S - 0.01)
+    assert _ingest(since_s=LAZY_INGEST_INTERVAL_S)
+
+
+def test_a_lazy_runs_newest_row_redis_lacks_is_ingested_once_due() -> None:
+    assert not _ingest(replicated=4, newest_age_s=0.1)  # the worker may still write it
+    assert _ingest(replicated=4, newest_age_s=0.4)  # due: the agent ships it
+    assert _ingest(replicated=0, newest_age_s=3.0, since_s=0.0)

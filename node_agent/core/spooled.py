@@ -77,9 +77,8 @@ def ingest_now(
     """Whether the agent's tick ingests a run's spool now (``TaskRunner.ingest_spools``).
 
     Args:
-        eager: the run's rows are wanted at once: a ``replicated`` run (the
-            leader's evidence of what Redis holds), or a worker that does not
-            write to Redis itself (the agent ships every newest row).
+        eager: the run's rows are wanted at once: its worker does not write
+            to Redis itself (the agent ships every newest row).
         spooled: the newest seq the run's worker spooled (0: none yet).
         ingested: the newest seq of the run the agent ingested (0: none).
         replicated: the worker's ``replicated_through``.
@@ -87,7 +86,11 @@ def ingest_now(
         due_s: how long a row Redis lacks may wait before the agent ships it
             (as ``pending_action``).
         since_s: seconds since the run's spool was last ingested.
-        every_s: how often a lazy run is ingested anyway.
+        every_s: how often a lazy run is ingested anyway: ``LAZY_INGEST_INTERVAL_S``
+            for a ``local`` run; for a ``replicated`` one, whose worker wrote
+            every row to Redis before returning it, the agent's progress report
+            interval (1 s): its reports of those rows as replicated are the
+            leader's evidence of what Redis must hold.
     """
     if spooled <= ingested:
         return False  # nothing new in the spool

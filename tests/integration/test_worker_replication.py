@@ -308,6 +308,44 @@ async def test_a_local_run_whose_worker_writes_redis_is_ingested_lazily(
     assert [i.seq for i in node.store.list("t6")] == list(range(1, 10))
 
 
+async def test_a_replicated_run_is_ingested_at_the_report_interval_and_reported_replicated(
+    redis_server: Any, make_node: Any
+) -> None:
+    """Twelve checkpoints 0.25 s apart, each written to Redis by the worker before
+    it returns: the agent ingests the spool about once per progress report
+    interval (1 s), not at each new row, and still reports the rows as
+    replicated while the run goes on (the leader's evidence of what Redis holds)."""
+    prefix = f"wr{uuid.uuid4().hex[:8]}"
+    node = await make_node(prefix, redis_server.url)
+    batches: list[list[int]] = []
+    ingest = node.store.ingest
+
+    def recording(items: Any) -> Any:
+        batches.append([seq for _, seq, _ in items])
+        return ingest(items)
+
+    node.store.ingest = recording
+    tick = asyncio.get_running_loop().create_task(_ticks(node.runner))
+    try:
+        node.runner.start(_assign("t7", "slow", {"steps": 12, "every_s": 0.25}))
+        await asyncio.wait_for(node.reporter.done.wait(), 60)
+    finally:
+        tick.cancel()
+    assert node.reporter.results[0]["result"] is not None
+    assert sorted(s for b in batches for s in b) == list(range(1, 13))
+    # a 3 s run: the first at once, about one a second, the rest at the return
+    # (eager ingestion makes one call per checkpoint: 12)
+    assert len(batches) <= 6, f"ingested {batches}"
+    reported = [
+        f["replicated_checkpoint_seq"]
+        for f in node.reporter.progressed
+        if "replicated_checkpoint_seq" in f
+    ]
+    assert any(seq < 12 for seq in reported), f"nothing reported as replicated mid-run: {reported}"
+    assert max(reported) == 13, "the last checkpoint, then the result"
+    assert node.fallbacks() == 0
+
+
 async def _ticks(runner: TaskRunner) -> None:
     """The agent's tick, as far as spools go (node_agent/agent.py: every 50 ms)."""
     while True:

@@ -61,7 +61,7 @@ def test_nothing_new_in_a_spool_is_never_ingested() -> None:
     assert not _ingest(spooled=0, ingested=0, replicated=0, newest_age_s=99.0, since_s=99.0)
 
 
-def test_an_eager_run_is_ingested_as_soon_as_it_spooled_something_new() -> None:
+def test_a_run_whose_worker_writes_no_redis_is_ingested_as_soon_as_it_spooled() -> None:
     assert _ingest(eager=True, since_s=0.0)
 
 
@@ -75,3 +75,8 @@ def test_a_lazy_runs_newest_row_redis_lacks_is_ingested_once_due() -> None:
     assert not _ingest(replicated=4, newest_age_s=0.1)  # the worker may still write it
     assert _ingest(replicated=4, newest_age_s=0.4)  # due: the agent ships it
     assert _ingest(replicated=0, newest_age_s=3.0, since_s=0.0)
+
+
+def test_a_replicated_run_is_ingested_at_its_report_interval() -> None:
+    assert not _ingest(spooled=5, replicated=5, since_s=0.5, every_s=1.0)
+    assert _ingest(spooled=5, replicated=5, since_s=1.0, every_s=1.0)

@@ -17,8 +17,8 @@ and the agent moves spooled checkpoints into its store later, in batches
       ownership checked (shared deadline, parent alive)
       INSERT + COMMIT (fsync) into spool ──▶ (nothing: no message, no wake-up)
       ownership checked again, seq returned
-                                             every ~0.4 s (a local run its worker
-                                             keeps in Redis: every 2 s, see
+                                             every ~0.4 s (rows its worker wrote
+                                             to Redis: every 1 s or 2 s, see
                                              core.spooled.ingest_now), at every
                                              other context call of the run,
                                              when the run ends

@@ -163,11 +163,7 @@ async def test_a_replicated_checkpoint_is_in_redis_when_the_worker_returns_it(
     assert infos[-1].label == RESULT_LABEL
     # The agent reports what the worker replicated as replicated (the leader's
     # evidence of what Redis must hold).
-    replicated = [
-        f["replicated_checkpoint_seq"]
-        for f in node.reporter.progressed
-        if "replicated_checkpoint_seq" in f
-    ]
+    replicated = _reported_replicated(node)
     assert replicated
     assert max(replicated) >= 5
 
@@ -265,14 +261,8 @@ async def test_a_local_tasks_checkpoints_go_to_redis_from_its_worker_not_the_age
         return await submit(item, **kw)
 
     node.runner.replicator.submit = recording
-    tick = asyncio.get_running_loop().create_task(_ticks(node.runner))
-    try:
-        payload = {"steps": 4, "every_s": 0.6}
-        node.runner.start(_assign("t5", "slow", payload, durability=LOCAL))
-        await asyncio.wait_for(node.reporter.done.wait(), 60)
-    finally:
-        tick.cancel()
-    assert node.reporter.results[0]["result"] is not None
+    payload = {"steps": 4, "every_s": 0.6}
+    await _run_ticking(node, _assign("t5", "slow", payload, durability=LOCAL))
     assert shipped == [5], f"the agent shipped {shipped}, expected only the result (5)"
 
 
@@ -283,24 +273,9 @@ async def test_a_local_run_whose_worker_writes_redis_is_ingested_lazily(
     agent's tick ingests the spool at the first one and then every 2 s
     (``LAZY_INGEST_INTERVAL_S``), not at each new row, and the store still
     holds every checkpoint, in order, once the handler returned."""
-    prefix = f"wr{uuid.uuid4().hex[:8]}"
-    node = await make_node(prefix, redis_server.url)
-    batches: list[list[int]] = []  # the checkpoint seqs of each store.ingest call
-    ingest = node.store.ingest
-
-    def recording(items: Any) -> Any:
-        batches.append([seq for _, seq, _ in items])
-        return ingest(items)
-
-    node.store.ingest = recording
-    tick = asyncio.get_running_loop().create_task(_ticks(node.runner))
-    try:
-        payload = {"steps": 8, "every_s": 0.5}
-        node.runner.start(_assign("t6", "slow", payload, durability=LOCAL))
-        await asyncio.wait_for(node.reporter.done.wait(), 60)
-    finally:
-        tick.cancel()
-    assert node.reporter.results[0]["result"] is not None
+    node = await make_node(f"wr{uuid.uuid4().hex[:8]}", redis_server.url)
+    payload = {"steps": 8, "every_s": 0.5}
+    batches = await _run_ticking(node, _assign("t6", "slow", payload, durability=LOCAL))
     assert sorted(s for b in batches for s in b) == list(range(1, 9))
     # the first checkpoint at once, then every 2 s of a 4 s run, the rest as the
     # handler returns (eager ingestion makes one call per checkpoint: 8)
@@ -315,8 +290,21 @@ async def test_a_replicated_run_is_ingested_at_the_report_interval_and_reported_
     it returns: the agent ingests the spool about once per progress report
     interval (1 s), not at each new row, and still reports the rows as
     replicated while the run goes on (the leader's evidence of what Redis holds)."""
-    prefix = f"wr{uuid.uuid4().hex[:8]}"
-    node = await make_node(prefix, redis_server.url)
+    node = await make_node(f"wr{uuid.uuid4().hex[:8]}", redis_server.url)
+    batches = await _run_ticking(node, _assign("t7", "slow", {"steps": 12, "every_s": 0.25}))
+    assert sorted(s for b in batches for s in b) == list(range(1, 13))
+    # a 3 s run: the first at once, about one a second, the rest at the return
+    # (eager ingestion makes one call per checkpoint: 12)
+    assert len(batches) <= 6, f"ingested {batches}"
+    reported = _reported_replicated(node)
+    assert any(seq < 12 for seq in reported), f"nothing reported as replicated mid-run: {reported}"
+    assert max(reported) == 13, "the last checkpoint, then the result"
+    assert node.fallbacks() == 0
+
+
+async def _run_ticking(node: _Node, assign: Any) -> list[list[int]]:
+    """Run ``assign`` to its result with the agent's tick going; return the
+    checkpoint seqs of each ``store.ingest`` call, in order."""
     batches: list[list[int]] = []
     ingest = node.store.ingest
 
@@ -324,26 +312,24 @@ async def test_a_replicated_run_is_ingested_at_the_report_interval_and_reported_
         batches.append([seq for _, seq, _ in items])
         return ingest(items)
 
-    node.store.ingest = recording
+    node.store.ingest = recording  # type: ignore[method-assign]
     tick = asyncio.get_running_loop().create_task(_ticks(node.runner))
     try:
-        node.runner.start(_assign("t7", "slow", {"steps": 12, "every_s": 0.25}))
+        node.runner.start(assign)
         await asyncio.wait_for(node.reporter.done.wait(), 60)
     finally:
         tick.cancel()
-    assert node.reporter.results[0]["result"] is not None
-    assert sorted(s for b in batches for s in b) == list(range(1, 13))
-    # a 3 s run: the first at once, about one a second, the rest at the return
-    # (eager ingestion makes one call per checkpoint: 12)
-    assert len(batches) <= 6, f"ingested {batches}"
-    reported = [
+    assert node.reporter.results[0]["result"] is not None, node.reporter.results
+    return batches
+
+
+def _reported_replicated(node: _Node) -> list[int]:
+    """The seqs the agent reported to the core as replicated, in order."""
+    return [
         f["replicated_checkpoint_seq"]
         for f in node.reporter.progressed
         if "replicated_checkpoint_seq" in f
     ]
-    assert any(seq < 12 for seq in reported), f"nothing reported as replicated mid-run: {reported}"
-    assert max(reported) == 13, "the last checkpoint, then the result"
-    assert node.fallbacks() == 0
 
 
 async def _ticks(runner: TaskRunner) -> None:

@@ -296,7 +296,7 @@ class NodeAgent:
             worker_redis=WorkerRedis(
                 s.redis_url, s.redis_password, s.redis_ca_file, replica.prefix
             ),
-            replicated_ingest_every_s=s.progress_report_interval_s,
+            progress_report_interval_s=s.progress_report_interval_s,
         )
         # Checkpoints the worker processes of an earlier run of this agent
         # committed (and acknowledged) go into the store before anyone reads it.

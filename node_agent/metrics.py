@@ -31,6 +31,7 @@ Series (base units; counters end in ``_total``):
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import cast
@@ -60,36 +61,28 @@ class _CheckpointSeconds(Collector):
         self.sources: list[CheckpointSource] = []
 
     def collect(self) -> Iterator[Metric]:
-        # durability -> per-bucket counts (not cumulative, +Inf last) and sum
-        counts: dict[str, list[float]] = {}
+        # durability -> cumulative count per ``le`` (+Inf last), and sum of seconds
+        cumulative: dict[str, list[float]] = {}
         sums: dict[str, float] = {}
-        width = len(CHECKPOINT_BUCKETS_S) + 1
         for metric in self._own.collect():
-            below: dict[str, float] = {}
             for sample in metric.samples:
                 durability = sample.labels.get("durability", "")
                 if sample.name.endswith("_bucket"):
-                    row = counts.setdefault(durability, [0.0] * width)
-                    row[_bucket_index(sample.labels["le"])] += sample.value - below.get(
-                        durability, 0.0
-                    )
-                    below[durability] = sample.value  # buckets come in order, cumulative
+                    row = cumulative.setdefault(durability, [0.0] * len(_LE))
+                    row[_LE.index(sample.labels["le"])] = sample.value
                 elif sample.name.endswith("_sum"):
-                    sums[durability] = sums.get(durability, 0.0) + sample.value
+                    sums[durability] = sample.value
         for source in self.sources:
-            for durability, (bucket_counts, total_s) in source().items():
-                row = counts.setdefault(durability, [0.0] * width)
-                for i, n in enumerate(bucket_counts[:width]):
+            for durability, (counts, total_s) in source().items():
+                row = cumulative.setdefault(durability, [0.0] * len(_LE))
+                for i, n in enumerate(itertools.accumulate(counts)):
                     row[i] += n
                 sums[durability] = sums.get(durability, 0.0) + total_s
         family = HistogramMetricFamily(
             "lazarus_agent_checkpoint_seconds", self._doc, labels=["durability"]
         )
-        for durability in sorted(counts):
-            cumulative, buckets = 0.0, []
-            for le, n in zip(_LE, counts[durability], strict=True):
-                cumulative += n
-                buckets.append((le, cumulative))
+        for durability in sorted(cumulative):
+            buckets = list(zip(_LE, cumulative[durability], strict=True))
             family.add_metric([durability], buckets, sums.get(durability, 0.0))
         yield family
 
@@ -101,10 +94,6 @@ _LE = tuple(
     cast(Callable[[float], str], floatToGoString)(b) for b in (*CHECKPOINT_BUCKETS_S, math.inf)
 )
 """The ``le`` label of each bucket, as prometheus_client writes it."""
-
-
-def _bucket_index(le: str) -> int:
-    return _LE.index(le)
 
 
 _BYTES_BUCKETS = (256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304)

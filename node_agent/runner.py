@@ -70,13 +70,7 @@ from node_agent.core.restore import (
     plan_restore,
     resume_without_redis,
 )
-from node_agent.core.spooled import (
-    LAZY_INGEST_INTERVAL_S,
-    PendingAction,
-    in_redis,
-    ingest_now,
-    pending_action,
-)
+from node_agent.core.spooled import PendingAction, in_redis, ingest_now, pending_action
 from node_agent.isolation import (
     DEFAULT_WORKER_NICE,
     Worker,
@@ -368,9 +362,9 @@ class TaskRunner:
         shared: the agent's shared documents (``ctx.shared``); None: none.
         worker_redis: where worker processes write ``replicated`` checkpoints
             themselves (``isolation="process"``); None: the agent does.
-        replicated_ingest_every_s: how often the spool of a ``replicated`` run
-            whose worker writes Redis itself is ingested, seconds: the agent's
-            ``--progress-report-interval-s`` (``ingest_now``).
+        progress_report_interval_s: the agent's ``--progress-report-interval-s``:
+            how often the spool of a ``replicated`` run whose worker writes Redis
+            itself is ingested (``ingest_now``).
     """
 
     def __init__(
@@ -394,11 +388,11 @@ class TaskRunner:
         slots: int = 8,
         worker_nice: int = DEFAULT_WORKER_NICE,
         worker_redis: WorkerRedis | None = None,
-        replicated_ingest_every_s: float = DEFAULT_PROGRESS_REPORT_INTERVAL_S,
+        progress_report_interval_s: float = DEFAULT_PROGRESS_REPORT_INTERVAL_S,
     ) -> None:
         self.app = app
         self.worker_redis = worker_redis
-        self.replicated_ingest_every_s = replicated_ingest_every_s
+        self.progress_report_interval_s = progress_report_interval_s
         self.default_isolation: IsolationName = default_isolation
         self.slots = slots
         self.worker_nice = worker_nice
@@ -1119,7 +1113,7 @@ class TaskRunner:
         Only the runs ``ingest_now`` picks: the new rows of a worker that does not
         write Redis itself, at once; a run whose worker does, when its newest
         row is not in Redis and due, else every ``LAZY_INGEST_INTERVAL_S`` (2 s)
-        for a ``local`` run and every ``replicated_ingest_every_s`` (the
+        for a ``local`` run and every ``progress_report_interval_s`` (the
         progress report interval) for a ``replicated`` one.
         """
         if self._workers is None:
@@ -1139,14 +1133,15 @@ class TaskRunner:
                 continue
             spooled, spooled_ms = spooled_through(worker)
             if ingest_now(
-                eager=not worker.replicates,
+                local=run.local,
+                worker_writes_redis=worker.replicates,
                 spooled=spooled,
                 ingested=run.spool_ingested,
                 replicated=replicated_through(worker),
                 newest_age_s=(now_ms - spooled_ms) / 1000,
                 due_s=due_s,
                 since_s=now - run.spool_ingested_s,
-                every_s=LAZY_INGEST_INTERVAL_S if run.local else self.replicated_ingest_every_s,
+                report_every_s=self.progress_report_interval_s,
             ):
                 pairs.append((worker, run))
         if not pairs:

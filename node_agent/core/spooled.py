@@ -65,20 +65,22 @@ def pending_action(*, covered: bool, final: bool, age_s: float, due_s: float) ->
 
 def ingest_now(
     *,
-    eager: bool,
+    local: bool,
+    worker_writes_redis: bool,
     spooled: int,
     ingested: int,
     replicated: int,
     newest_age_s: float,
     due_s: float,
     since_s: float,
-    every_s: float = LAZY_INGEST_INTERVAL_S,
+    report_every_s: float,
 ) -> bool:
     """Whether the agent's tick ingests a run's spool now (``TaskRunner.ingest_spools``).
 
     Args:
-        eager: the run's rows are wanted at once: its worker does not write
-            to Redis itself (the agent ships every newest row).
+        local: the run's durability is ``local``.
+        worker_writes_redis: its worker writes checkpoints to Redis itself;
+            if not, the agent ships every newest row, so it ingests at once.
         spooled: the newest seq the run's worker spooled (0: none yet).
         ingested: the newest seq of the run the agent ingested (0: none).
         replicated: the worker's ``replicated_through``.
@@ -86,16 +88,16 @@ def ingest_now(
         due_s: how long a row Redis lacks may wait before the agent ships it
             (as ``pending_action``).
         since_s: seconds since the run's spool was last ingested.
-        every_s: how often a lazy run is ingested anyway: ``LAZY_INGEST_INTERVAL_S``
-            for a ``local`` run; for a ``replicated`` one, whose worker wrote
-            every row to Redis before returning it, the agent's progress report
-            interval (1 s): its reports of those rows as replicated are the
-            leader's evidence of what Redis must hold.
+        report_every_s: the agent's progress report interval: how often a
+            ``replicated`` run, whose worker wrote every row to Redis before
+            returning it, is ingested anyway (its reports of those rows as
+            replicated are the leader's evidence of what Redis must hold); a
+            ``local`` run is ingested anyway every ``LAZY_INGEST_INTERVAL_S``.
     """
     if spooled <= ingested:
         return False  # nothing new in the spool
-    if eager:
+    if not worker_writes_redis:
         return True
     if spooled > replicated and newest_age_s >= due_s:
         return True  # Redis lacks the newest row and it is due: the agent ships it
-    return since_s >= every_s
+    return since_s >= (LAZY_INGEST_INTERVAL_S if local else report_every_s)

@@ -44,7 +44,9 @@ def test_a_deferred_row_ships_at_once_when_no_worker_write_will_come() -> None:
 
 def _ingest(**kw: object) -> bool:
     base: dict[str, object] = {
-        "eager": False,
+        "local": True,
+        "worker_writes_redis": True,
+        "report_every_s": 1.0,
         "spooled": 5,
         "ingested": 3,
         "replicated": 5,
@@ -57,12 +59,12 @@ def _ingest(**kw: object) -> bool:
 
 
 def test_nothing_new_in_a_spool_is_never_ingested() -> None:
-    assert not _ingest(spooled=3, ingested=3, eager=True, since_s=99.0)
+    assert not _ingest(spooled=3, ingested=3, worker_writes_redis=False, since_s=99.0)
     assert not _ingest(spooled=0, ingested=0, replicated=0, newest_age_s=99.0, since_s=99.0)
 
 
 def test_a_run_whose_worker_writes_no_redis_is_ingested_as_soon_as_it_spooled() -> None:
-    assert _ingest(eager=True, since_s=0.0)
+    assert _ingest(worker_writes_redis=False, since_s=0.0)
 
 
 def test_a_lazy_run_covered_by_its_worker_waits_for_the_interval() -> None:
@@ -78,5 +80,5 @@ def test_a_lazy_runs_newest_row_redis_lacks_is_ingested_once_due() -> None:
 
 
 def test_a_replicated_run_is_ingested_at_its_report_interval() -> None:
-    assert not _ingest(spooled=5, replicated=5, since_s=0.5, every_s=1.0)
-    assert _ingest(spooled=5, replicated=5, since_s=1.0, every_s=1.0)
+    assert not _ingest(local=False, spooled=5, replicated=5, since_s=0.5)
+    assert _ingest(local=False, spooled=5, replicated=5, since_s=1.0)

@@ -181,6 +181,11 @@ def _wall_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+REPLICATION_WAIT_CHECK_S = 0.25
+"""How often a handler thread waiting for Redis's ack re-checks that its run may
+still act (``TaskRunner._wait_replicated``), seconds."""
+
+
 @dataclass(eq=False)
 class _Run:
     task_id: str
@@ -1528,7 +1533,7 @@ class TaskRunner:
         )
         self._ensure(run, committing_result=result)
         if run.durability == "replicated":
-            self._wait_replicated(run, fut)
+            self._wait_replicated(run, fut, committing_result=result)
             self._ensure(run, committing_result=result)
         self.metrics.checkpoint_seconds.labels(durability=run.durability).observe(
             time.monotonic() - t0
@@ -1701,10 +1706,35 @@ class TaskRunner:
             self.reporter.progress(run.task_id, run.epoch, journal_seq=h.journal_seq)
 
     def _wait_replicated(
-        self, run: _Run, fut: concurrent.futures.Future[tuple[ReplicationResult, float]]
+        self,
+        run: _Run,
+        fut: concurrent.futures.Future[tuple[ReplicationResult, float]],
+        *,
+        committing_result: bool = False,
     ) -> None:
-        """Block this (handler) thread until Redis acked; raise when it refused our epoch."""
-        result, t_ack = fut.result()
+        """Block this (handler) thread until Redis acked; raise when it refused our epoch.
+
+        The wait is checked every ``REPLICATION_WAIT_CHECK_S``: it ends when the run
+        may no longer act (``_ensure``: stopped, fenced, ownership lapsed) or the
+        agent's event loop is closed, so a handler thread never outlives its run
+        waiting for an ack that will not come (Redis down, the agent stopping),
+        which would also hold the interpreter's exit (it joins handler threads).
+
+        Raises:
+            TaskCancelled: Redis refused the epoch, the run was stopped or is
+                being fenced, or the agent stopped.
+            OwnershipLapsed: the fence deadline passed while waiting.
+        """
+        while True:
+            try:
+                result, t_ack = fut.result(timeout=REPLICATION_WAIT_CHECK_S)
+                break
+            except TimeoutError:
+                if self._loop is None or self._loop.is_closed():
+                    raise TaskCancelled(
+                        f"task {run.task_id!r}: the agent stopped before Redis acknowledged"
+                    ) from None
+                self._ensure(run, committing_result=committing_result)
         self._hop["wake"].observe(time.monotonic() - t_ack)
         if result.outcome is Outcome.STALE:
             raise TaskCancelled(

@@ -481,6 +481,58 @@ async def test_a_checkpoint_acknowledged_after_the_deadline_does_not_return_succ
         await runner.close()
 
 
+class _SilentReplicator(_Replicator):
+    """Never acknowledges (Redis down): every submit's future stays pending."""
+
+    async def submit(
+        self, item: ReplicationItem, *, linger: bool = False, age_s: float = 0.0
+    ) -> asyncio.Future[ReplicationResult]:
+        self.items.append(item)
+        self.pending = asyncio.get_running_loop().create_future()
+        return self.pending
+
+
+async def test_a_handler_waiting_for_a_redis_ack_that_never_comes_ends_at_its_fence(
+    tmp_path: Path,
+) -> None:
+    """A sync handler's replicated checkpoint waits for Redis; Redis never answers
+    and the fence deadline passes: the call raises OwnershipLapsed and the
+    handler thread ends, instead of blocking forever (a thread that also held
+    the interpreter's exit, seen as a CI run that never ended)."""
+    out: list[str] = []
+    app = Agent("t")
+
+    @app.task("k")
+    def handler(ctx: Any) -> None:
+        try:
+            ctx.checkpoint({"x": 1})
+            out.append("saved")
+        except OwnershipLapsed:
+            out.append("lapsed")
+
+    with CheckpointStore(tmp_path / "s", durability="group") as store:
+        runner, _ = _runner(tmp_path, app, store)
+        replicator = _SilentReplicator()
+        runner.replicator = replicator  # type: ignore[assignment]
+        runner.start(_assign("t1", "k", durability=REPLICATED))
+        for _ in range(500):
+            if replicator.items:
+                break
+            await asyncio.sleep(0.01)
+        assert replicator.items, "the checkpoint never reached the replicator"
+        runner.ownership = Ownership(time.monotonic() - 0.001)  # the deadline passed
+        try:
+            for _ in range(500):
+                if out:
+                    break
+                await asyncio.sleep(0.01)
+            assert out == ["lapsed"], "the handler still waits for Redis past its fence"
+        finally:
+            if not replicator.pending.done():  # let a stuck thread go (mechanism off)
+                replicator.pending.set_result(ReplicationResult(Outcome.OK, 1))
+            await runner.close()
+
+
 # ------------------------------------------------------------------- the SDK
 
 

@@ -136,6 +136,14 @@ def drill(
     duration: Annotated[
         float, typer.Option(min=5.0, help="chaos: seconds of faults per seed.")
     ] = 60.0,
+    settle_timeout: Annotated[
+        float,
+        typer.Option(
+            min=10.0,
+            help="Seconds each drill waits after its faults for every task to finish; a task "
+            "unfinished then counts as lost, its state and last error in the notes.",
+        ),
+    ] = 240.0,
     netns: Annotated[
         bool,
         typer.Option(
@@ -219,7 +227,14 @@ def drill(
         remote_results = []
         for _ in range(repeat):
             remote_results += asyncio.run(
-                run_remote_drills(remote, injector, scenarios, console=console, tasks=tasks)
+                run_remote_drills(
+                    remote,
+                    injector,
+                    scenarios,
+                    console=console,
+                    tasks=tasks,
+                    settle_timeout_s=settle_timeout,
+                )
             )
         report = DrillReport(remote_results, str(root), mtls=remote.client_tls.enabled)
         (root / "report.json").write_text(json.dumps(report.to_json(), indent=2))
@@ -251,6 +266,7 @@ def drill(
                     tasks=tasks,
                     chaos_seeds=tuple(range(seed, seed + seeds)),
                     chaos_s=duration,
+                    settle_timeout_s=settle_timeout,
                 )
             )
         report = DrillReport(results, str(root), mtls=cluster.mtls)

@@ -100,6 +100,9 @@ SCENARIOS = (
 CHAOS_SECONDS = 60.0
 """Length of the chaos schedule ``all`` runs, seconds."""
 
+SETTLE_TIMEOUT_S = 240.0
+"""How long a drill waits after its faults for every task to finish, seconds."""
+
 DRILL_MAX_ATTEMPTS = 100
 """max_attempts of the drill workload's tasks."""
 
@@ -433,6 +436,7 @@ class _Drill:
         self.work_ms = work_ms
         self.chaos_s = CHAOS_SECONDS
         self.chaos_seed = 1
+        self.settle_timeout_s = SETTLE_TIMEOUT_S
         self.round = 0
         self.expect_data_loss: set[str] = set()
         # Request ids must be new in every run: SubmitTask is idempotent on them,
@@ -503,7 +507,7 @@ class _Drill:
         result = DrillResult(scenario=scenario, fault="", tasks=len(by_id), started_at=t0)
         inject: Callable[[DrillResult], Any] = getattr(self, "_" + scenario.replace("-", "_"))
         await inject(result)
-        tasks = await self._wait_done(set(by_id), timeout_s=240)
+        tasks = await self._wait_done(set(by_id), timeout_s=self.settle_timeout_s)
         await asyncio.sleep(1.0)  # the last events reach the logs
         await self._judge(result, t0, tasks, by_id)
         if sink is not None:
@@ -1123,13 +1127,17 @@ async def run_drills(
     work_ms: float = 8.0,
     chaos_seeds: tuple[int, ...] = (1,),
     chaos_s: float = CHAOS_SECONDS,
+    settle_timeout_s: float = SETTLE_TIMEOUT_S,
 ) -> list[DrillResult]:
     """Run ``scenarios`` one after another on ``cluster``; return what each measured.
 
     ``chaos`` runs once per seed of ``chaos_seeds``, each schedule ``chaos_s`` long.
+    After its faults each drill waits up to ``settle_timeout_s`` seconds for every
+    task to finish; a task unfinished then counts as lost, with its state in the notes.
     """
     drill = _Drill(cluster, ns, no_ns_reason, console, tasks, lines, work_ms)
     drill.chaos_s = chaos_s
+    drill.settle_timeout_s = settle_timeout_s
     results = []
     for scenario in scenarios:
         for seed in chaos_seeds if scenario == "chaos" else (0,):

@@ -31,7 +31,7 @@ from rich.console import Console
 from lazarus.tls import ClientTls
 from lazarus.v1 import coordinator_pb2, coordinator_pb2_grpc, records_pb2
 from lazarus_dev.devcluster import ClusterApi
-from lazarus_dev.drill import DrillResult, _Drill
+from lazarus_dev.drill import SETTLE_TIMEOUT_S, DrillResult, _Drill
 
 __all__ = ["REMOTE_SCENARIOS", "KubectlInjector", "RemoteCluster", "run_remote_drills"]
 
@@ -244,9 +244,11 @@ async def run_remote_drills(
     tasks: int = 24,
     lines: int = 400,
     work_ms: float = 8.0,
+    settle_timeout_s: float = SETTLE_TIMEOUT_S,
 ) -> list[DrillResult]:
     """Run the remote-capable ``scenarios``; others come back as skipped results."""
     drill = _RemoteDrill(cluster, injector, console, tasks, lines, work_ms)
+    drill.settle_timeout_s = settle_timeout_s
     cluster.start_watch()
     results = []
     try:

@@ -29,14 +29,27 @@ CHAOS_SEED = 1
 CHAOS_S = 30.0
 
 
+SETTLE_S = 120.0
+"""How long the drill waits for its tasks after the faults: short enough that a
+task stuck for good is reported (its state and last error in the notes) well
+inside the subprocess's bound, long enough for a loaded machine's recovery."""
+
+
 def _drill(run_dir: Path, *args: str, env: dict[str, str] | None = None) -> tuple[int, Any, str]:
-    proc = subprocess.run(
-        [str(LAZARUS), "drill", *args, "--run-dir", str(run_dir), "--json"],
-        capture_output=True,
-        text=True,
-        timeout=280,
-        env={**os.environ, **(env or {})},
-    )
+    cmd = [str(LAZARUS), "drill", *args, "--settle-timeout", str(SETTLE_S)]
+    try:
+        proc = subprocess.run(
+            [*cmd, "--run-dir", str(run_dir), "--json"],
+            capture_output=True,
+            text=True,
+            timeout=280,
+            env={**os.environ, **(env or {})},
+        )
+    except subprocess.TimeoutExpired as exc:
+        # Show what the drill said before the bound, not only that it ran out.
+        out = exc.stdout.decode() if isinstance(exc.stdout, bytes) else exc.stdout or ""
+        err = exc.stderr.decode() if isinstance(exc.stderr, bytes) else exc.stderr or ""
+        pytest.fail(f"the drill overran 280 s\nstderr:\n{err[-6000:]}\nstdout:\n{out[-3000:]}")
     report = json.loads(proc.stdout) if proc.stdout.strip() else None
     return proc.returncode, report, proc.stderr
 

@@ -52,9 +52,13 @@ order (``check_command_order``) and the coordinator core's own
 is terminal and every node ALIVE. A failure raises ``SimulationFailure`` whose
 message starts with ``seed=<n>`` and ends with the replay command.
 
+A leader can also lose its lease between the etcd writes of one step (the
+node records committed, the task records not: separate transactions), the rest
+of the step dropped.
+
 Not modelled (yet): Redis restarts that lose data, message duplication and
-reordering inside a stream (gRPC over TCP does neither), etcd batches over 128
-operations split non-atomically, coordinator replicas behind a fan-in, and the
+reordering inside a stream (gRPC over TCP does neither), one write's batch of
+over 128 operations split non-atomically, coordinator replicas behind a fan-in, and the
 lineage path (``ReportLineage`` is carried out as a no-op, so "every divergent
 lineage kept or merged" is not checked here).
 
@@ -137,6 +141,10 @@ class FleetConfig:
         deposed_run_s: a deposed leader keeps running up to this long after
             the new one is elected.
         failovers, identity_faults, stalls: fault classes on or off.
+        partial_writes: with ``failovers``, a leader can lose its lease between
+            two etcd writes of one step (nodes, then tasks: separate
+            transactions), the first committed, the rest dropped, as
+            ``runtime._run_locked`` drops them after a failed persist.
         agent_tick_s: the agent shell's tick period (its own clock).
         step_s: a task handler's step (one checkpoint) takes this long.
         fence_lead_s: ``AgentCore(fence_lead_s=...)``.
@@ -158,6 +166,7 @@ class FleetConfig:
     failovers: bool = True
     identity_faults: bool = True
     stalls: bool = True
+    partial_writes: bool = True
     agent_tick_s: float = 0.2
     step_s: float = 0.3
     fence_lead_s: float = 0.5
@@ -186,6 +195,7 @@ class FleetReport:
     failed: int = 0
     fences: int = 0
     identity_refusals: int = 0
+    partial_writes: int = 0  # steps whose first etcd write committed and the rest never did
     takeovers: int = 0  # a new incarnation replaced a previous one (store proof or holder DEAD)
 
 
@@ -298,6 +308,7 @@ class _Leader:
     core: CoordinatorCore
     alive: bool = True
     lost: bool = False  # stepped LeadershipLost after a fenced write failed
+    cut_mid_step: bool = False  # its lease runs out after the first write of a step with two
     streams: dict[str, _Stream] = field(default_factory=dict)
 
 
@@ -788,10 +799,23 @@ class FleetSimulation:
 
     def _leader_exec(self, leader: _Leader, commands: list[Command]) -> None:
         """``CoordinatorRuntime._run_locked``."""
+        written = 0
         for command in commands:
             if not leader.alive:
                 return
             if isinstance(command, PersistNodes | PersistTasks):
+                if leader.cut_mid_step and written and leader is self.leaders[-1]:
+                    # The lease ran out between two writes: the first is in etcd, this one
+                    # and everything after it (sends, acks) never happen.
+                    leader.cut_mid_step = False
+                    self.report.partial_writes += 1
+                    self._depose(leader)
+                    leader.lost = True
+                    self._leader_exec(
+                        leader, leader.core.step(LeadershipLost(self.now, "lease lost mid-step"))
+                    )
+                    return
+                written += 1
                 if not self._etcd_write(leader, command):
                     leader.lost = True
                     self._leader_exec(
@@ -960,6 +984,8 @@ class FleetSimulation:
             kinds += ["stall", "stall"]
         if cfg.failovers:
             kinds.append("failover")
+            if cfg.partial_writes:
+                kinds.append("partial_write")
         if cfg.identity_faults:
             kinds += ["duplicate", "impostor"]
         kind = self.rng.choice(kinds)
@@ -1022,6 +1048,8 @@ class FleetSimulation:
             )
         elif kind == "failover":
             self._depose(self.leaders[-1])
+        elif kind == "partial_write":
+            self.leaders[-1].cut_mid_step = True
         elif kind == "duplicate":
             self._spawn(proc.node_id, self._new_store(proc.node_id), extra=True)
         elif kind == "impostor":

@@ -792,23 +792,35 @@ class CoordinatorCore:
             ),
             out,
         )
+        # A takeover moves the replaced incarnation's tasks. Without one, a task can
+        # still be owned by an earlier incarnation: a leader admitted this incarnation's
+        # claim and wrote the node record, then lost its lease before the tasks' move
+        # was written (nodes and tasks are separate etcd transactions). The record
+        # changes incarnation only on an admitted claim, so that owner is proven
+        # replaced, and its tasks move now, as the takeover would have moved them.
         taken = (
-            self._take_over(entry, prev, ev.held_tasks, out)
-            if prev is not None and joined
-            else set()
+            self._take_over(entry, ev.held_tasks, out, joined=joined) if prev is not None else set()
         )
         self._reconcile_held(entry, ev.held_tasks, out, taken)
         self._placement_dirty = True
 
     def _take_over(
-        self, entry: NodeEntry, prev: NodeRecord, held: tuple[HeldTask, ...], out: _Out
+        self, entry: NodeEntry, held: tuple[HeldTask, ...], out: _Out, *, joined: bool
     ) -> set[str]:
-        """A new incarnation replaced a stopped one: move what the old one owns here, epoch + 1.
+        """Move what earlier incarnations of this node own here, epoch + 1.
 
-        Called only once the old incarnation is proven stopped (its DEAD or
-        LEFT state, or the store proof of a restart in place). Its tasks are
-        requeued (an owner lost: one attempt spent) and pinned to this node, so
-        the new process resumes them from its own local store at once.
+        Every task the node owns under an incarnation other than the registered
+        one moves: such an owner was replaced through an admitted claim, so it
+        is proven stopped (its DEAD or LEFT state, or the store proof of a
+        restart in place), whether the claim is this Hello's or an earlier
+        one whose node record reached etcd without the tasks' move (the
+        leader lost its lease between the two writes). A Hello of the
+        registered incarnation whose tasks are all its own moves nothing, and
+        neither does one whose tasks name no owner incarnation (records written
+        before incarnations were recorded: ``joined`` False). The
+        tasks are requeued (an owner lost: one attempt spent) and pinned to
+        this node, so the new process resumes them from its own local store
+        at once.
 
         A task the new incarnation lists as finished at the current epoch
         stays: the stopped incarnation computed its outcome once, and the
@@ -826,6 +838,8 @@ class CoordinatorCore:
         moved: set[str] = set()
         for task in self._tasks.owned_by(entry.node_id):
             if task.owner_incarnation == entry.record.incarnation:
+                continue
+            if not joined and not task.owner_incarnation:
                 continue
             if finished.get(task.task_id) == task.epoch:
                 continue

@@ -182,6 +182,18 @@ def _no_epoch_bump(mp: pytest.MonkeyPatch) -> None:
     mp.setattr(CoordinatorCore, "_put_task", put)
 
 
+def _take_over_only_on_a_new_incarnation(mp: pytest.MonkeyPatch) -> None:
+    # Tasks an earlier incarnation owns move only on the new incarnation's first Hello:
+    # when the leader lost its lease between writing the node record and the tasks'
+    # move, the next leader fences them at their old epoch and they stay RUNNING.
+    original = CoordinatorCore._take_over
+
+    def take_over(self: CoordinatorCore, entry: Any, held: Any, out: Any, *, joined: bool) -> Any:
+        return original(self, entry, held, out, joined=joined) if joined else set()
+
+    mp.setattr(CoordinatorCore, "_take_over", take_over)
+
+
 def _move_at_suspect(settings: CoreSettings) -> CoreSettings:
     # Tasks move after 1.5 s of silence: before the old owner's fence (2 s).
     return _unsafe(settings, dead_after_s=1.5, suspect_after_intervals=2)
@@ -231,6 +243,11 @@ MUTATIONS: list[Mutation] = [
     Mutation("coordinator takes any store id as proof", "coordinator", _store_proof_unchecked),
     Mutation("coordinator admits an impostor", "coordinator", _admit_impostor),
     Mutation("coordinator reuses the epoch on a move", "coordinator", _no_epoch_bump),
+    Mutation(
+        "coordinator takes over only on a new incarnation's Hello",
+        "coordinator",
+        _take_over_only_on_a_new_incarnation,
+    ),
     Mutation(
         "coordinator moves tasks at SUSPECT", "coordinator", _nothing, settings=_move_at_suspect
     ),

@@ -45,7 +45,7 @@ def test_a_seed_replays_exactly() -> None:
 
 def test_the_fault_set_is_exercised() -> None:
     faults: dict[str, int] = {}
-    fences = refusals = starts = takeovers = 0
+    fences = refusals = starts = takeovers = partial_writes = 0
     for seed in range(60):
         report = FleetSimulation(seed).run()
         for name, count in report.faults.items():
@@ -54,6 +54,7 @@ def test_the_fault_set_is_exercised() -> None:
         refusals += report.identity_refusals
         starts += report.starts
         takeovers += report.takeovers
+        partial_writes += report.partial_writes
     for kind in (
         "partition",
         "break",
@@ -63,6 +64,7 @@ def test_the_fault_set_is_exercised() -> None:
         "crash_fresh",
         "stall",
         "failover",
+        "partial_write",
         "duplicate",
         "impostor",
     ):
@@ -70,6 +72,7 @@ def test_the_fault_set_is_exercised() -> None:
     assert fences > 0  # agents self-fenced
     assert refusals > 0  # duplicate processes were refused (IdentityConflict)
     assert takeovers > 0  # restarts took over their previous incarnation
+    assert partial_writes > 0  # leaders lost their lease between a step's etcd writes
     assert starts > 60 * SHAPES["default"].tasks  # tasks moved and resumed
 
 
@@ -103,9 +106,9 @@ def test_a_starved_agent_fences_late_and_the_overlap_is_caught() -> None:
     assert f"python -m lazarus_dev.fleetsim --seed {seed} --shape starved" in str(failure)
 
 
-def test_there_are_twelve_mutations_on_both_cores() -> None:
+def test_there_are_thirteen_mutations_on_both_cores() -> None:
     sides = {m.side for m in MUTATIONS}
-    assert len(MUTATIONS) >= 12
+    assert len(MUTATIONS) >= 13
     assert {"agent", "coordinator"} <= sides
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 
 import pytest
-from core_harness import Harness, directives, notices_of, of_type
+from core_harness import Harness, directives, notices_of, of_type, persisted_nodes, persisted_tasks
 
 from coordinator.core import (
     Assign,
@@ -25,6 +25,7 @@ from coordinator.core import (
     Revoke,
     SessionOpened,
     StatusCode,
+    TaskRecord,
     TaskState,
     Welcome,
 )
@@ -212,6 +213,51 @@ def test_a_restart_in_place_with_the_store_proof_moves_tasks_at_once_epoch_plus_
     assert all(h.task(t).owner_incarnation == "i2" for t in ids)
     joined = notices_of(commands, n.NodeJoined)
     assert [(j.incarnation, j.previous_incarnation) for j in joined] == [("i2", "i1")]
+
+
+def test_a_restart_whose_node_record_reached_etcd_without_its_tasks_move_still_moves_them() -> None:
+    """The leader admits a proven restart and writes the node record (i2), then loses its
+    lease before the tasks' move is written (nodes and tasks are two etcd transactions).
+    The next leader loads a node at i2 whose tasks i1 still owns: the Hello of i2 is its
+    own incarnation's, and the tasks must move to it, not be fenced and left RUNNING
+    under i1, a process that no longer exists (seen in the chaos drill, seed 1: the task
+    stayed RUNNING until the drill gave up)."""
+    h = Harness()
+    etcd_nodes: dict[str, NodeRecord] = {}
+    etcd_tasks: dict[str, TaskRecord] = {}
+
+    def write(commands: list, *, tasks: bool = True) -> None:
+        etcd_nodes.update((r.node_id, r) for r in persisted_nodes(commands))
+        if tasks:
+            etcd_tasks.update((r.task_id, r) for r in persisted_tasks(commands))
+
+    h.after_step = write
+    first = Process("w0", "i1", SECRET_1, STORE)
+    ids = _running(h, first)
+    h.after_step = None
+    h.at(0.3)
+    restarted = Process("w0", "i2", SECRET_2, STORE)
+    restarted.previous = "i1"
+    held = tuple(HeldTask(t, 1, HeldTaskStatus.PAUSED) for t in ids)
+    lost_move = restarted.hello(h, held)
+    assert {t.owner_incarnation for t in persisted_tasks(lost_move)} == {"i2"}
+    write(lost_move, tasks=False)  # the node record committed; the leader's lease ran out
+    assert etcd_nodes["w0"].incarnation == "i2"
+    assert {etcd_tasks[t].owner_incarnation for t in ids} == {"i1"}
+
+    nxt = Harness(now_s=5.0)
+    nxt.lead(term=2, nodes=list(etcd_nodes.values()), tasks=list(etcd_tasks.values()))
+    commands = restarted.hello(nxt, held)
+    assert not notices_of(commands, n.ZombieFenced)
+    assert not directives(commands, Revoke)
+    assigns = directives(commands, Assign)
+    assert sorted((a.task_id, a.epoch, a.attempt) for a in assigns) == [(t, 2, 2) for t in ids]
+    assert all(nxt.task(t).owner_incarnation == "i2" for t in ids)
+    # Its own tasks, at its own epoch, stay put on a later Hello of the same process.
+    nxt.at(5.5)
+    again = restarted.hello(nxt, tuple(HeldTask(t, 2, HeldTaskStatus.PAUSED) for t in ids))
+    assert sorted((a.task_id, a.epoch) for a in directives(again, Assign)) == [(t, 2) for t in ids]
+    assert all(nxt.task(t).epoch == 2 for t in ids)
 
 
 def test_a_finished_task_listed_by_the_restarted_process_is_not_run_again() -> None:

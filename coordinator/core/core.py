@@ -37,9 +37,11 @@ from etcd and resets the core to them. Then:
   Goodbye still counts at once (they are facts, not judgments).
 - *half-done work*: tasks the previous leader left owned by a DEAD, LEFT or
   unknown node are moved after the grace, by the same sweep that moves the
-  tasks of nodes this leader declares DEAD. Planning works on the records
-  alone, so it is idempotent over whatever prefix of a command list the
-  previous leader managed to persist.
+  tasks of nodes this leader declares DEAD; tasks owned by an earlier
+  incarnation of a node whose record names a newer one (a takeover whose
+  node record was written, its tasks' move not) move at that node's next
+  Hello. Planning works on the records alone, so it is idempotent over
+  whatever prefix of a command list the previous leader managed to persist.
 - ``LeadershipLost`` drops all state (etcd is the truth; the next leader
   reloads). ``PersistFailed`` does the same and returns ``StepDown``.
 

@@ -100,6 +100,9 @@ SCENARIOS = (
 CHAOS_SECONDS = 60.0
 """Length of the chaos schedule ``all`` runs, seconds."""
 
+LEADER_LOOKUP_S = 9.0
+"""How long a leader fault waits to learn who leads before it is skipped, seconds."""
+
 SETTLE_TIMEOUT_S = 240.0
 """How long a drill waits after its faults for every task to finish, seconds."""
 
@@ -1047,7 +1050,11 @@ class _Drill:
                 heal = agent.start
         elif kind.group == "coordinator":
             try:
-                index, member = await asyncio.wait_for(c.leader(), 3.0)
+                # A replica answers who leads from etcd: with an etcd member stopped
+                # its read may wait out a 2 s timeout, so give the lookup time to try
+                # every replica rather than skip the fault (seed 1's stop-leader meets
+                # a stopped member; it found CI's stuck-task bug when it did hit).
+                index, member = await asyncio.wait_for(c.leader(), LEADER_LOOKUP_S)
             except (TimeoutError, RuntimeError):
                 r.notes.append(f"{fault.describe()}: no leader to hit, skipped")
                 return

@@ -58,8 +58,8 @@ of the step dropped.
 
 Not modelled (yet): Redis restarts that lose data, message duplication and
 reordering inside a stream (gRPC over TCP does neither), one write's batch of
-over 128 operations split non-atomically, coordinator replicas behind a fan-in, and the
-lineage path (``ReportLineage`` is carried out as a no-op, so "every divergent
+over 128 operations split non-atomically, coordinator replicas behind a
+fan-in, and the lineage path (``ReportLineage`` is carried out as a no-op, so "every divergent
 lineage kept or merged" is not checked here).
 
 Purity: no clock, no IO, randomness only from ``random.Random(seed)``

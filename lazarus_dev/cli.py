@@ -93,6 +93,10 @@ def demo_fleet(
         raise typer.Exit(code)
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 @app.command(rich_help_panel="Development")
 def drill(
     scenario: Annotated[
@@ -183,10 +187,14 @@ def drill(
     seed and schedule are printed and kept in report.json, so a failure
     replays with --seed. Operators: lazarus drill chaos --seeds 20.
 
+    Ctrl-C or SIGTERM stops the drill's cluster and removes its network
+    namespace, then exits with status 130 and no report.
+
     Example: lazarus drill kill-node --tasks 24 --run-dir ./drill-run
     """
     import asyncio
     import json
+    import signal
     import sys
     import tempfile
 
@@ -246,6 +254,10 @@ def drill(
             raise typer.Exit(1)
         return
     console.print(f"[bold]Lazarus drill[/] {scenario} — logs, report and timeline under {root}")
+    # SIGTERM (`timeout`, a CI job's bound, kill) ends the drill as Ctrl-C does: through
+    # the finally below, which stops the cluster's processes (each in a session of its
+    # own, so they outlive a drill killed outright) and deletes the network namespace.
+    signal.signal(signal.SIGTERM, _interrupt)
     with console.status("starting 3 etcd members, Redis, 3 coordinators and the node agents"):
         cluster, ns, why = make_drill_cluster(root / "cluster", agents=agents, use_netns=netns)
     if ns is None:

@@ -448,10 +448,8 @@ async def test_context_calls_after_the_fence_deadline_fail_in_the_handler_thread
         await runner.close()
 
 
-async def test_a_checkpoint_acknowledged_after_the_deadline_does_not_return_success(
-    tmp_path: Path,
-) -> None:
-    out: list[str] = []
+def _one_checkpoint_app(out: list[str]) -> Agent:
+    """An app whose sync ``k`` handler checkpoints once and appends "saved" or "lapsed"."""
     app = Agent("t")
 
     @app.task("k")
@@ -461,6 +459,15 @@ async def test_a_checkpoint_acknowledged_after_the_deadline_does_not_return_succ
             out.append("saved")
         except OwnershipLapsed:
             out.append("lapsed")
+
+    return app
+
+
+async def test_a_checkpoint_acknowledged_after_the_deadline_does_not_return_success(
+    tmp_path: Path,
+) -> None:
+    out: list[str] = []
+    app = _one_checkpoint_app(out)
 
     with CheckpointStore(tmp_path / "s", durability="group") as store:
         runner, _ = _runner(tmp_path, app, store)
@@ -500,15 +507,7 @@ async def test_a_handler_waiting_for_a_redis_ack_that_never_comes_ends_at_its_fe
     handler thread ends, instead of blocking forever (a thread that also held
     the interpreter's exit, seen as a CI run that never ended)."""
     out: list[str] = []
-    app = Agent("t")
-
-    @app.task("k")
-    def handler(ctx: Any) -> None:
-        try:
-            ctx.checkpoint({"x": 1})
-            out.append("saved")
-        except OwnershipLapsed:
-            out.append("lapsed")
+    app = _one_checkpoint_app(out)
 
     with CheckpointStore(tmp_path / "s", durability="group") as store:
         runner, _ = _runner(tmp_path, app, store)

@@ -13,7 +13,9 @@ who                        may call
 anyone (no identity)       Health, reflection (probes, grpcurl)
 node ``<id>``              AgentService.Session, saying Hello as ``<id>`` only
 member (a replica)         CoordinatorService, all of it (it proxies calls it
-                           has already authorized; it has no Session)
+                           has already authorized; it has no Session), and
+                           ReplicaService (Forward: the Sessions a follower
+                           holds, carried to the leader; fan-in, issue 20)
 client ``viewer``          GetTask / ListTasks (payload and result bytes
                            removed), ListNodes, GetClusterStatus, WatchEvents
 client ``operator``        viewer + SubmitTask, CancelTask, DrainNode,
@@ -22,7 +24,8 @@ client ``operator``        viewer + SubmitTask, CancelTask, DrainNode,
 client ``admin``           everything a client may call
 =========================  ============================================
 
-Nodes cannot call CoordinatorService; clients and members cannot open a Session.
+Nodes cannot call CoordinatorService; clients and members cannot open a Session;
+only members may call ReplicaService.
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ __all__ = [
 
 COORDINATOR_SERVICE = "lazarus.v1.CoordinatorService"
 AGENT_SERVICE = "lazarus.v1.AgentService"
+REPLICA_SERVICE = "lazarus.v1.ReplicaService"
 OPEN_SERVICES = frozenset(
     {
         "grpc.health.v1.Health",
@@ -141,6 +145,13 @@ def authorize(
         return Decision(
             Verdict.PERMISSION_DENIED, f"{identity.uri} is not a node; only nodes open Sessions"
         )
+    if service == REPLICA_SERVICE:
+        if identity.kind is IdentityKind.MEMBER:
+            return _ALLOW
+        return Decision(
+            Verdict.PERMISSION_DENIED,
+            f"{identity.uri} is not a coordinator replica; only members may call {service}",
+        )
     if service == COORDINATOR_SERVICE:
         if identity.kind is IdentityKind.MEMBER:
             return _ALLOW
@@ -177,7 +188,10 @@ def grants(identity: Identity) -> str:
     if identity.kind is IdentityKind.NODE:
         return f"AgentService.Session as node {identity.name!r} only"
     if identity.kind is IdentityKind.MEMBER:
-        return "serve as a coordinator replica; proxy CoordinatorService calls to the leader"
+        return (
+            "serve as a coordinator replica; proxy CoordinatorService calls and forward "
+            "Sessions (ReplicaService) to the leader"
+        )
     allowed = sorted(m for m, r in _METHOD_ROLE.items() if _rank(identity.role) >= _rank(r))
     if identity.role == "admin":
         allowed.append("(and every later admin method)")

@@ -47,6 +47,13 @@ Series:
   ``lazarus_shared_documents`` (canonical replicas held), and
   ``lazarus_state_vector_divergence_ops`` (operations the canonical replicas
   hold that connected nodes are not known to hold, summed);
+- fan-in (``coordinator.forwarding``): ``lazarus_forwarded_sessions{side}``
+  (agents' Sessions this replica holds and forwards, ``side="follower"``, or
+  serves for followers, ``side="leader"``),
+  ``lazarus_forward_batches_total{direction}`` and
+  ``lazarus_forward_entries_total{direction}`` (``sent`` / ``received`` on the
+  Forward streams), ``lazarus_forward_ack_seconds`` (histogram, follower: a
+  heartbeat's arrival from its agent to the leader's ack leaving for it);
 - the event archive (``coordinator.eventarchive``): ``lazarus_event_archive_backlog``
   (events waiting for Redis) and ``lazarus_event_archive_dropped_events``
   (never archived: the backlog overflowed during an outage).
@@ -205,6 +212,30 @@ class Metrics:
             "Events never archived: the backlog overflowed during a Redis outage.",
             registry=r,
         )
+        self.forwarded = Gauge(
+            "lazarus_forwarded_sessions",
+            "Agents' Sessions forwarded (fan-in): held as follower, served as leader.",
+            ["side"],
+            registry=r,
+        )
+        self.forward_batches = Counter(
+            "lazarus_forward_batches",
+            "ForwardBatches on Forward streams, by direction (sent / received).",
+            ["direction"],
+            registry=r,
+        )
+        self.forward_entries = Counter(
+            "lazarus_forward_entries",
+            "Entries of ForwardBatches (one agent message or Session end), by direction.",
+            ["direction"],
+            registry=r,
+        )
+        self.forward_ack_seconds = Histogram(
+            "lazarus_forward_ack_seconds",
+            "Follower: a heartbeat's arrival from its agent to the leader's ack leaving for it.",
+            buckets=_ETCD_BUCKETS_S,
+            registry=r,
+        )
         self.identity_conflicts = Counter(
             "lazarus_identity_conflicts",
             "Hellos refused: the node id is held by another live incarnation "
@@ -221,6 +252,19 @@ class Metrics:
         self._last_heartbeat_s: dict[str, float] = {}
         self._refreshed_at = float("-inf")
         self._leader_key = ""
+
+    def forwarded_sessions(self, side: str, delta: int) -> None:
+        """Forwarded Sessions held (follower) or served (leader) changed by ``delta``."""
+        self.forwarded.labels(side).inc(delta)
+
+    def forward_batch(self, direction: str, entries: int) -> None:
+        """A ForwardBatch of ``entries`` was ``sent`` or ``received``."""
+        self.forward_batches.labels(direction).inc()
+        self.forward_entries.labels(direction).inc(entries)
+
+    def forward_ack(self, seconds: float) -> None:
+        """A forwarded heartbeat's ack left for its agent ``seconds`` after it arrived."""
+        self.forward_ack_seconds.observe(seconds)
 
     def watch_archive(self, backlog: Callable[[], float], dropped: Callable[[], float]) -> None:
         """Read the event archive's backlog and dropped count at each scrape."""

@@ -356,6 +356,7 @@ class CoordinatorRuntime:
         self._leadership: Leadership | None = None
         self._last_now_s = float("-inf")
         self._background: set[asyncio.Task[None]] = set()
+        self._leader_listeners: list[Callable[[str, int], None]] = []
         self.leader_changes = 0
         self._hellos = HelloAdmission(
             settings.admission.hello_rate_per_s,
@@ -568,12 +569,22 @@ class CoordinatorRuntime:
             try:
                 async for leader in self.election.observe():
                     self.observer.leader_observed(leader.key, leader.term)
+                    for listener in self._leader_listeners:
+                        listener(leader.value, leader.term)
                     self._observed_terms.add(leader.term)
                     while len(self._observed_terms) > 8:
                         self._observed_terms.discard(min(self._observed_terms))
             except (aetcd.ClientError, ElectionLost) as exc:
                 _log.warning("observing the election failed: %s; retrying", exc)
             await asyncio.sleep(CAMPAIGN_RETRY_INTERVAL_S)
+
+    def on_leader_observed(self, listener: Callable[[str, int], None]) -> None:
+        """Call ``listener(address, term)`` each time the election shows a new leader.
+
+        Called from :meth:`observe_leaders` on the event loop; the listener must
+        not block (the fan-in forwarder drops a link to a replaced leader).
+        """
+        self._leader_listeners.append(listener)
 
     async def resign(self) -> None:
         """Give up leadership at once (SIGTERM); ``run`` campaigns again unless cancelled."""

@@ -35,6 +35,7 @@ from coordinator.documents import DocumentObserver, DocumentService, TeeObserver
 from coordinator.election import Election, KeepaliveThread
 from coordinator.etcd_store import EtcdStore, ReadCache, election_prefix
 from coordinator.eventarchive import EventArchive
+from coordinator.forwarding import SessionForwarder, add_replica_service
 from coordinator.members import MemberRegistry
 from coordinator.metrics import Metrics
 from coordinator.recordarchive import RecordArchive
@@ -107,6 +108,8 @@ class ServerSettings:
         reflection: serve gRPC server reflection (off: grpcurl needs the protos).
         health_listen: a plaintext host:port serving only ``grpc.health.v1``,
             for probes that cannot speak TLS (Kubernetes' gRPC probe); "" = none.
+        fan_in: as a follower, hold agents' Sessions and forward them to the
+            leader (``coordinator.forwarding``) instead of answering NotLeader.
 
     Raises:
         ValueError: only one of username / password, or of cert / key file, given.
@@ -142,6 +145,7 @@ class ServerSettings:
     token_listen: str = ""
     reflection: bool = True
     health_listen: str = ""
+    fan_in: bool = False
 
     def __post_init__(self) -> None:
         if self.auth not in ("mtls", "none"):
@@ -204,6 +208,7 @@ class CoordinatorServer:
         self.address = ""
         self.server_tls: ServerTls | None = None
         self._probe_server: grpc.aio.Server | None = None
+        self.forwarder: SessionForwarder | None = None
 
     async def start(self) -> None:
         """Connect, bind, serve, campaign.
@@ -255,7 +260,16 @@ class CoordinatorServer:
         )
         documents.attach(runtime)
         self.runtime = runtime
-        add_agent_service(server, runtime, documents)
+        forward_observer = observer if isinstance(observer, Metrics) else None
+        if s.fan_in:
+            self.forwarder = SessionForwarder(
+                runtime,
+                self.member_tls(),
+                forward_observer,
+                max_outbound=s.admission.max_outbound_messages,
+            )
+        sessions = add_agent_service(server, runtime, documents, self.forwarder)
+        add_replica_service(server, runtime, sessions.Session, forward_observer)
         archive_redis = redis_client(
             s.redis_url,
             password=s.redis_password,
@@ -398,6 +412,8 @@ class CoordinatorServer:
         for task in self._tasks:
             await _cancel(task)
         self._tasks = []
+        if self.forwarder is not None:  # its agents reconnect to the next replica
+            await self.forwarder.close()
         if self._server is not None:
             await self._server.stop(self.settings.shutdown_grace_s)
             self._server = None

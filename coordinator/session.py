@@ -18,7 +18,9 @@ first message that is not a Hello, a message without a body, a TaskUpdate
 without a change. An unsupported ``Hello.protocol_version`` is
 FAILED_PRECONDITION. A replica that does not lead reads the Hello, then
 writes ``NotLeader`` (the leader's address read from the election, or none
-yet with ``retry_after_ms``) and ends with UNAVAILABLE.
+yet with ``retry_after_ms``) and ends with UNAVAILABLE — unless fan-in is on
+(``coordinator.forwarding``): then it holds the Session and carries it to the
+leader, which runs it through this same servicer.
 
 Admission control (issue 16): a leader past ``max_sessions`` or receiving
 Hellos over its admitted rate answers ``NotLeader`` naming itself with a
@@ -50,6 +52,7 @@ from google.protobuf.unknown_fields import UnknownFieldSet
 from coordinator import convert
 from coordinator.core import GoodbyeReceived, SessionClosed
 from coordinator.documents import DOCUMENT_MESSAGES, DocumentService
+from coordinator.forwarding import SessionForwarder
 from coordinator.runtime import Channel, Close, CoordinatorRuntime
 from lazarus.v1 import agent_pb2
 
@@ -110,10 +113,15 @@ class AgentSessionService:
     """Serves ``AgentService.Session`` for one runtime."""
 
     def __init__(
-        self, runtime: CoordinatorRuntime, documents: DocumentService | None = None
+        self,
+        runtime: CoordinatorRuntime,
+        documents: DocumentService | None = None,
+        forwarder: SessionForwarder | None = None,
     ) -> None:
         self._runtime = runtime
         self._documents = documents
+        self.forwarder = forwarder
+        """Fan-in (``--fan-in``): a follower holds the Session and forwards it (None: NotLeader)."""
 
     async def Session(
         self, request_iterator: AsyncIterator[bytes], context: grpc.aio.ServicerContext[Any, Any]
@@ -121,6 +129,11 @@ class AgentSessionService:
         """One node agent's Session; see the module docstring for the statuses."""
         runtime = self._runtime
         if not runtime.leading:
+            forwarder = self.forwarder
+            if forwarder is not None:
+                if not await forwarder.hold(request_iterator, context):
+                    await self._no_leader_to_forward_to(request_iterator, context)
+                return
             await self._not_leader(request_iterator, context)
             return
         refused = runtime.admit_session()
@@ -189,6 +202,26 @@ class AgentSessionService:
         )
         where = f"the leader is at {address}" if address else "no leader yet, retry in 200 ms"
         await context.abort(grpc.StatusCode.UNAVAILABLE, f"not the leader; {where}")
+
+    async def _no_leader_to_forward_to(
+        self, requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext[Any, Any]
+    ) -> None:
+        """Fan-in, no leader reachable: NotLeader naming nobody; the agent dials its next address.
+
+        Naming the leader would move the agent off the replicas that spread
+        Sessions (and a leader that does not answer this replica may well be
+        gone); with one Service address the agent comes back through it.
+        """
+        await _first_message(requests)
+        await context.write(
+            agent_pb2.CoordinatorMessage(
+                not_leader=agent_pb2.NotLeader(retry_after_ms=NOT_LEADER_RETRY_AFTER_MS)
+            )
+        )
+        await context.abort(
+            grpc.StatusCode.UNAVAILABLE,
+            f"no leader to forward this Session to yet; retry in {NOT_LEADER_RETRY_AFTER_MS} ms",
+        )
 
     async def _defer(
         self,
@@ -376,10 +409,16 @@ def _outcome(future: asyncio.Future[bool], channel: Channel) -> tuple[grpc.Statu
     return None
 
 
+def _serialize_reply(message: agent_pb2.CoordinatorMessage | bytes) -> bytes:
+    """A reply's wire bytes (a forwarded Session's replies arrive serialized)."""
+    return message if isinstance(message, bytes) else message.SerializeToString()
+
+
 def add_agent_service(
     server: grpc.aio.Server,
     runtime: CoordinatorRuntime,
     documents: DocumentService | None = None,
+    forwarder: SessionForwarder | None = None,
 ) -> AgentSessionService:
     """Register AgentService on ``server``; requests reach the servicer as raw bytes.
 
@@ -387,15 +426,16 @@ def add_agent_service(
         server: the gRPC server.
         runtime: the leader loop.
         documents: the shared-document service (None: those messages are ignored).
+        forwarder: fan-in's follower side (None: a follower answers NotLeader).
 
     Returns:
         The servicer.
     """
-    servicer = AgentSessionService(runtime, documents)
+    servicer = AgentSessionService(runtime, documents, forwarder)
     handler = grpc.stream_stream_rpc_method_handler(
         servicer.Session,
         request_deserializer=None,
-        response_serializer=agent_pb2.CoordinatorMessage.SerializeToString,
+        response_serializer=_serialize_reply,
     )
     generic = grpc.method_handlers_generic_handler(SERVICE_NAME, {"Session": handler})
     server.add_generic_rpc_handlers((generic,))

@@ -318,6 +318,16 @@ def coordinator(
             help="Plaintext host:port serving only grpc.health.v1 (probes without TLS).",
         ),
     ] = "",
+    fan_in: Annotated[
+        bool,
+        typer.Option(
+            "--fan-in/--no-fan-in",
+            envvar="LAZARUS_FAN_IN",
+            help="As a follower, hold node agents' Sessions and forward them to the leader "
+            "over one stream (docs/fan-in.md) instead of answering NotLeader. Every replica "
+            "must run the same version; off by default while fan-in is being built.",
+        ),
+    ] = False,
     log_level: Annotated[
         str, typer.Option(envvar="LAZARUS_LOG_LEVEL", help="DEBUG, INFO, WARNING, ERROR.")
     ] = "INFO",
@@ -410,6 +420,7 @@ def coordinator(
             token_listen=token_listen,
             reflection=reflection,
             health_listen=health_listen,
+            fan_in=fan_in,
             loop_lag_resign_s=loop_lag_resign_s,
             admission=AdmissionSettings(
                 hello_rate_per_s=hello_rate_per_s,

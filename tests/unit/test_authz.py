@@ -39,6 +39,7 @@ A, R, U, D = (
 )
 CS = "/lazarus.v1.CoordinatorService/"
 SESSION = "/lazarus.v1.AgentService/Session"
+FORWARD = "/lazarus.v1.ReplicaService/Forward"
 HEALTH = "/grpc.health.v1.Health/Check"
 REFLECT = "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo"
 
@@ -47,6 +48,7 @@ TABLE = [
     (HEALTH,                    A,    A,    A,     A,     A,       A,     A),
     (REFLECT,                   A,    A,    A,     A,     A,       A,     A),
     (SESSION,                   U,    A,    D,     D,     D,       D,     D),
+    (FORWARD,                   U,    D,    A,     D,     D,       D,     D),
     (CS + "GetTask",            U,    D,    A,     R,     A,       A,     D),
     (CS + "ListTasks",          U,    D,    A,     R,     A,       A,     D),
     (CS + "ListNodes",          U,    D,    A,     A,     A,       A,     D),

@@ -29,7 +29,7 @@ from lazarus.v1 import (
 from lazarus_dev import protogen
 
 COMMITTED_DIR = protogen.REPO_ROOT / "lazarus" / "v1"
-EXPECTED_PROTOS = {"agent.proto", "coordinator.proto", "records.proto"}
+EXPECTED_PROTOS = {"agent.proto", "coordinator.proto", "records.proto", "replica.proto"}
 
 # Field numbers of the descriptor messages, as used in SourceCodeInfo paths.
 FILE_MESSAGE_TYPE = 4

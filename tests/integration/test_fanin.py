@@ -1,0 +1,162 @@
+"""Issue [fan-in], first part: a follower holds agents' Sessions and forwards them to the leader.
+
+Real etcd, Redis, three ``lazarus coordinator --fan-in`` replicas with mutual
+TLS (the Forward stream runs under the member certificates) and ``lazarus
+node-agent`` processes dialling a follower only. What is checked from outside:
+the tasks' own side effects (``identity_apps.steplog``: every step start and
+completion logged with pid and epoch, one owner per epoch), each replica's
+``/metrics`` (which replica holds which Sessions), and the agents' logs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+import urllib.request
+import uuid
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lazarus.v1 import records_pb2
+from lazarus_dev.devcluster import LocalCluster
+from tests.integration.test_identity import (
+    APP,
+    REPO,
+    _side_effects,
+    _submit,
+    _wait_done,
+    check_one_owner,
+)
+
+pytestmark = pytest.mark.integration
+
+MakeCluster = Callable[..., LocalCluster]
+
+
+@pytest.fixture
+async def make_cluster(tmp_path: Path) -> AsyncIterator[MakeCluster]:
+    clusters: list[LocalCluster] = []
+
+    def make(**kwargs: Any) -> LocalCluster:
+        cluster = LocalCluster(
+            tmp_path / f"run{len(clusters)}",
+            cluster=f"fi-{uuid.uuid4().hex[:8]}",
+            etcd_members=1,
+            env={"PYTHONPATH": str(REPO)},
+            **kwargs,
+        )
+        clusters.append(cluster)
+        cluster.start()
+        return cluster
+
+    yield make
+    for cluster in clusters:
+        await asyncio.to_thread(cluster.stop)
+
+
+def _series(url: str, name: str, labels: str = "") -> float:
+    """Sum of the samples of ``name`` (whose label set contains ``labels``) at ``url``."""
+    body = urllib.request.urlopen(url, timeout=5).read().decode()
+    total = 0.0
+    for line in body.splitlines():
+        if line.startswith("#"):
+            continue
+        sample, _, value = line.rpartition(" ")
+        metric = sample.split("{", 1)[0]
+        if metric == name and labels in sample:
+            total += float(value)
+    return total
+
+
+async def _until(check: Callable[[], bool], timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {timeout_s} s: {what}")
+        await asyncio.sleep(0.2)
+
+
+async def _fan_in_cluster(make_cluster: MakeCluster) -> tuple[LocalCluster, int, list[int]]:
+    """Three replicas with fan-in and one agent per follower, dialling only that follower."""
+    cluster = make_cluster(
+        coordinators=3,
+        agents=0,
+        coordinator_args=["--fan-in"],
+        agent_args=["--app", APP, "--slots", "4"],
+    )
+    await cluster.ready(40)
+    leader, _ = await cluster.leader()
+    followers = [i for i in range(3) if i != leader]
+    for i in followers:
+        cluster.add_agent("--coordinators", cluster.coordinator_addresses[i])
+    await cluster.ready(40)
+    return cluster, leader, followers
+
+
+async def test_agents_on_followers_run_their_tasks_through_the_leader_once(
+    make_cluster: MakeCluster,
+) -> None:
+    cluster, leader, followers = await _fan_in_cluster(make_cluster)
+    metrics = cluster.coordinator_metrics
+    # Each follower holds its agent's Session; the leader serves both forwarded.
+    for i in followers:
+        assert _series(metrics[i], "lazarus_forwarded_sessions", 'side="follower"') == 1
+    assert _series(metrics[leader], "lazarus_forwarded_sessions", 'side="leader"') == 2
+    key = f"effects-{uuid.uuid4().hex[:6]}"
+    ids = await _submit(cluster, 8, steps=20, step_ms=20, key=key)
+    tasks = await _wait_done(cluster, ids, timeout_s=90)
+    assert all(t.state == records_pb2.TASK_STATE_COMPLETED for t in tasks.values())
+    log = _side_effects(cluster, key)
+    figures = check_one_owner(log, ids)
+    assert all(epochs == [1] for epochs in figures["epochs"].values()), figures
+    assert {e["pid"] for e in log} <= {a.pid for a in cluster.agents}
+    for i in followers:
+        # Heartbeats went through the follower and their acks came back through it.
+        assert _series(metrics[i], "lazarus_forward_ack_seconds_count") > 0
+        assert _series(metrics[i], "lazarus_forward_batches_total", 'direction="sent"') > 0
+    for agent, i in zip(cluster.agents, followers, strict=True):
+        # Never redirected to the leader: every Session it opened was with its follower.
+        opened = re.findall(r"session open with (\S+)", agent.log_path.read_text(errors="replace"))
+        assert opened and set(opened) == {cluster.coordinator_addresses[i]}, opened
+
+
+async def test_the_leader_sigkilled_under_forwarded_sessions_loses_no_task_and_runs_none_twice(
+    make_cluster: MakeCluster,
+) -> None:
+    cluster, leader, followers = await _fan_in_cluster(make_cluster)
+    key = f"effects-{uuid.uuid4().hex[:6]}"
+    ids = await _submit(cluster, 8, steps=60, step_ms=50, key=key)
+    await asyncio.sleep(1.5)
+    cluster.coordinators[leader].kill()
+    # The followers end the Sessions they carried; the agents dial them again and
+    # one follower, now leading or forwarding to the new leader, takes them back.
+    tasks = await _wait_done(cluster, ids, timeout_s=120)
+    assert all(t.state == records_pb2.TASK_STATE_COMPLETED for t in tasks.values())
+    log = _side_effects(cluster, key)
+    check_one_owner(log, ids)
+    new_leader, _ = await cluster.leader()
+    assert new_leader in followers
+    (survivor,) = [i for i in followers if i != new_leader]
+    metrics = cluster.coordinator_metrics
+
+    def reattached() -> bool:
+        held = _series(metrics[survivor], "lazarus_forwarded_sessions", 'side="follower"')
+        served = _series(metrics[new_leader], "lazarus_forwarded_sessions", 'side="leader"')
+        return held == 1 and served == 1
+
+    await _until(
+        reattached,
+        20,
+        "the survivor forwards its agent's Session to the new leader\n"
+        + "\n".join(c.log_tail(15) for c in [*cluster.agents, *cluster.coordinators] if c.alive)
+        + f"\nsurvivor {survivor} holds "
+        + str(_series(metrics[survivor], "lazarus_forwarded_sessions", 'side="follower"'))
+        + f", leader {new_leader} serves "
+        + str(_series(metrics[new_leader], "lazarus_forwarded_sessions", 'side="leader"')),
+    )
+    nodes = {n.node_id: n for n in await cluster.list_nodes()}
+    assert all(n.state == records_pb2.NODE_STATE_ALIVE for n in nodes.values()), nodes

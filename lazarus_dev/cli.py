@@ -155,6 +155,14 @@ def drill(
             "--no-netns pauses a process instead."
         ),
     ] = True,
+    fan_in: Annotated[
+        bool,
+        typer.Option(
+            "--fan-in",
+            help="Local cluster only: coordinators run --fan-in and agent i dials replica "
+            "i mod 3 first, so followers hold and forward Sessions (docs/fan-in.md).",
+        ),
+    ] = False,
 ) -> None:
     """Inject a real fault into a live cluster, heal, and check nothing was lost.
 
@@ -259,7 +267,9 @@ def drill(
     # own, so they outlive a drill killed outright) and deletes the network namespace.
     signal.signal(signal.SIGTERM, _interrupt)
     with console.status("starting 3 etcd members, Redis, 3 coordinators and the node agents"):
-        cluster, ns, why = make_drill_cluster(root / "cluster", agents=agents, use_netns=netns)
+        cluster, ns, why = make_drill_cluster(
+            root / "cluster", agents=agents, use_netns=netns, fan_in=fan_in
+        )
     if ns is None:
         console.print(f"[yellow]no network namespaces ({why}): partition-heal pauses a process[/]")
     held = True

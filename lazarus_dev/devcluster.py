@@ -301,6 +301,9 @@ class LocalCluster(ClusterApi):
             ``<run_dir>/tls``); False: every coordinator runs ``--auth none``.
         etcd_args: extra arguments for every etcd member (for example
             ``--auto-compaction-mode=revision``, as the chart sets it).
+        spread_agents: agent i lists the coordinators starting at replica
+            i mod n (default: every agent starts at replica 0), so with
+            ``--fan-in`` followers hold Sessions too.
     """
 
     def __init__(
@@ -319,6 +322,7 @@ class LocalCluster(ClusterApi):
         durable_redis: bool = True,
         tls: bool = True,
         etcd_args: Sequence[str] = (),
+        spread_agents: bool = False,
     ) -> None:
         if coordinators < 1:
             raise ValueError(f"coordinators: must be >= 1, got {coordinators}")
@@ -339,6 +343,7 @@ class LocalCluster(ClusterApi):
         self.listen_host = listen_host
         self.redis_bind = list(redis_bind)
         self.durable_redis = durable_redis
+        self.spread_agents = spread_agents
         self.etcd: EtcdServer | EtcdCluster | None = None
         self.redis: RedisServer | None = None
         self.coordinators: list[ChildProcess] = []
@@ -459,6 +464,10 @@ class LocalCluster(ClusterApi):
         """
         index = len(self.agents)
         (metrics_port,) = free_loopback_ports(1)
+        addresses = list(self.coordinator_addresses)
+        if self.spread_agents and addresses:
+            first = index % len(addresses)
+            addresses = addresses[first:] + addresses[:first]
         args = [*self.agent_args, *extra]  # a later --node-id wins: its certificate too
         node_id = next(
             (args[i + 1] for i in range(len(args) - 2, -1, -1) if args[i] == "--node-id"),
@@ -473,7 +482,7 @@ class LocalCluster(ClusterApi):
                 "--node-id",
                 f"agent-{index}",
                 "--coordinators",
-                ",".join(self.coordinator_addresses),
+                ",".join(addresses),
                 "--data-dir",
                 str(self.run_dir / f"agent-{index}"),
                 "--redis-url",

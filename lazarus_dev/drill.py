@@ -250,7 +250,12 @@ class DrillReport:
 
 
 def make_drill_cluster(
-    run_dir: Path, *, agents: int = 4, use_netns: bool = True, env: dict[str, str] | None = None
+    run_dir: Path,
+    *,
+    agents: int = 4,
+    use_netns: bool = True,
+    env: dict[str, str] | None = None,
+    fan_in: bool = False,
 ) -> tuple[LocalCluster, Namespace | None, str]:
     """A local cluster fit for every drill: 3 etcd members, 3 coordinators, ``agents`` agents.
 
@@ -264,6 +269,9 @@ def make_drill_cluster(
         use_netns: put the last agent in a network namespace when root.
         env: extra environment of every child (e.g. the mutation test's
             ``LAZARUS_UNSAFE_DISABLE_SELF_FENCE``).
+        fan_in: coordinators run ``--fan-in`` and agents spread over the
+            replicas (agent i dials replica i mod 3 first), so followers hold
+            and forward Sessions.
 
     Returns:
         (cluster, namespace or None, why there is no namespace or "").
@@ -282,6 +290,8 @@ def make_drill_cluster(
         listen_host=ns.host_ip if ns else "127.0.0.1",
         redis_bind=[ns.host_ip] if ns else [],
         env=env,
+        coordinator_args=["--fan-in"] if fan_in else [],
+        spread_agents=fan_in,
     )
     cluster.start()
     for i in range(agents):

@@ -67,7 +67,7 @@ from rich.table import Table
 from lazarus.v1 import records_pb2
 from lazarus_dev.chaos import Fault, FaultKind, make_schedule, schedule_lines
 from lazarus_dev.devcluster import ChildProcess, LocalCluster
-from lazarus_dev.drill_invariants import ViolationKind, check, read_sink
+from lazarus_dev.drill_invariants import ViolationKind, check, pauses, read_sink
 from lazarus_dev.localservers import EtcdCluster, free_loopback_ports
 from lazarus_dev.netns import Namespace, namespaces_available
 from node_agent import demo_app
@@ -153,6 +153,8 @@ class DrillResult:
     epoch_regressions: int = 0
     progress_lost: int = 0
     effect_records: int = 0
+    paused_tasks: int = 0
+    longest_pause_s: float = 0.0
     effects_checked: bool = False
     violations: list[str] = field(default_factory=list)
     shared_ops: int = 0
@@ -605,7 +607,11 @@ class _Drill:
 
     def _judge_effects(self, r: DrillResult, sink: Path, tasks: set[str]) -> None:
         """The side-effect invariants (``lazarus_dev.drill_invariants``) over ``sink``."""
-        report = check(read_sink(sink, tasks))
+        records = read_sink(sink, tasks)
+        report = check(records)
+        stood = pauses(records)
+        r.paused_tasks = len({p.task for p in stood})
+        r.longest_pause_s = stood[0].gap_s if stood else 0.0
         counts = report.counts()
         r.effects_checked = True
         r.effect_records = report.records
@@ -1221,7 +1227,8 @@ def print_report(report: DrillReport, console: Console) -> None:
             console.print(
                 f"    side effects: {r.effect_records} records; two owners {r.two_owners}, "
                 f"stale steps {r.stale_steps}, epoch regressions {r.epoch_regressions}, "
-                f"progress lost {r.progress_lost}, dup exec {r.dup_exec}"
+                f"progress lost {r.progress_lost}, dup exec {r.dup_exec}; "
+                f"paused tasks {r.paused_tasks} (longest gap {r.longest_pause_s:.1f} s)"
             )
         for line in r.schedule:
             console.print(f"    {line}")

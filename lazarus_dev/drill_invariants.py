@@ -37,10 +37,12 @@ from typing import Any
 __all__ = [
     "EffectRecord",
     "InvariantReport",
+    "Pause",
     "Violation",
     "ViolationKind",
     "check",
     "parse_records",
+    "pauses",
     "read_sink",
 ]
 
@@ -225,6 +227,59 @@ def check(records: Iterable[EffectRecord], *, max_violations_per_kind: int = 50)
         dup_exec=sum(max(0, c - 1) for c in executions.values()),
         violations=tuple(violations),
     )
+
+
+PAUSE_SLACK_S = 1.0
+"""A gap between two steps of a task over its median step plus this is a pause."""
+
+
+@dataclass(frozen=True, slots=True)
+class Pause:
+    """A task stood still between two of its steps (issue 20's measure of a paused task).
+
+    Attributes:
+        task: the task.
+        at: wall time of the last step before the gap.
+        gap_s: seconds until its next step (in any process, at any epoch).
+        step_s: the task's median step-to-step time, for scale.
+    """
+
+    task: str
+    at: float
+    gap_s: float
+    step_s: float
+
+
+def pauses(records: Iterable[EffectRecord], *, slack_s: float = PAUSE_SLACK_S) -> list[Pause]:
+    """Every gap in a task's steps longer than its median step plus ``slack_s``.
+
+    Only the stretch between a task's first and last ``step`` counts (waiting
+    for a slot before it starts is not a pause); a gap spanning a move to
+    another process counts, as the task stood still for it either way. This
+    is not an invariant (a node SIGKILLed pauses its tasks until they move):
+    a drill whose fault must not pause anything (a leader crash under fan-in)
+    reports it.
+
+    Returns:
+        The pauses, longest first.
+    """
+    by_task: dict[str, list[float]] = {}
+    for r in records:
+        if r.ev == "step":
+            by_task.setdefault(r.task, []).append(r.t)
+    found: list[Pause] = []
+    for task, times in by_task.items():
+        times.sort()
+        gaps = [b - a for a, b in itertools.pairwise(times)]
+        if not gaps:
+            continue
+        step_s = sorted(gaps)[len(gaps) // 2]
+        found += [
+            Pause(task, times[i], gap, step_s)
+            for i, gap in enumerate(gaps)
+            if gap > step_s + slack_s
+        ]
+    return sorted(found, key=lambda p: -p.gap_s)
 
 
 def _one_owner(task: str, recs: list[EffectRecord]) -> list[Violation]:

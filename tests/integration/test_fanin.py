@@ -121,7 +121,8 @@ async def test_agents_on_followers_run_their_tasks_through_the_leader_once(
     for agent, i in zip(cluster.agents, followers, strict=True):
         # Never redirected to the leader: every Session it opened was with its follower.
         opened = re.findall(r"session open with (\S+)", agent.log_path.read_text(errors="replace"))
-        assert opened and set(opened) == {cluster.coordinator_addresses[i]}, opened
+        assert opened
+        assert set(opened) == {cluster.coordinator_addresses[i]}, opened
 
 
 async def test_the_leader_sigkilled_under_forwarded_sessions_loses_no_task_and_runs_none_twice(

@@ -11,6 +11,7 @@ from lazarus_dev.drill_invariants import (
     check,
     effect_line,
     parse_records,
+    pauses,
     read_sink,
 )
 
@@ -131,3 +132,17 @@ def test_torn_and_foreign_lines_are_skipped(tmp_path: Path) -> None:
     assert records == [EffectRecord(1.0, 3, "a0", "t9", 1, "step", 0)]
     assert read_sink(tmp_path, tasks={"other"}) == []
     assert parse_records(["", "not json", '{"t": 1}']) == []
+
+
+def test_a_task_that_stood_still_past_a_step_plus_a_second_is_a_pause() -> None:
+    steady = run(0.0, epoch=1, pid=1, node="a0", start=0, end=40)
+    # t2 stops stepping for 1.5 s in its own process (a self-fence), then goes on.
+    fenced = run(0.0, epoch=1, pid=1, node="a0", start=0, end=20, done=False, task="t2")
+    fenced += run(1.7, epoch=1, pid=1, node="a0", start=20, end=40, task="t2")
+    # t3 is moved: the 0.9 s between its owners is under a step plus 1 s.
+    moved = run(0.0, epoch=1, pid=1, node="a0", start=0, end=10, done=False, task="t3")
+    moved += run(1.0, epoch=2, pid=2, node="a1", start=10, end=20, task="t3")
+    found = pauses(steady + fenced + moved)
+    assert [(p.task, round(p.gap_s, 2)) for p in found] == [("t2", 1.51)]
+    assert round(found[0].step_s, 3) == 0.01
+    assert pauses(steady + moved) == []

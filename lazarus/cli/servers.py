@@ -44,6 +44,7 @@ TlsServerNameOption = Annotated[
 
 @app.command(rich_help_panel="Servers")
 def coordinator(
+    ctx: typer.Context,
     cluster: Annotated[
         str, typer.Option(envvar="LAZARUS_CLUSTER", help="Cluster name (etcd /lazarus/<name>/).")
     ] = "default",
@@ -342,6 +343,12 @@ def coordinator(
     Sessions, detects dead nodes and moves their tasks. SIGTERM or SIGINT
     resigns leadership at once and exits.
 
+    With --fan-in, followers hold agents' Sessions and forward them to the
+    leader, and --fence-after-s / --dead-after-s default to 5 / 6 s (the
+    fan-in profile of docs/fan-in.md): a leader crash then pauses no task,
+    since a new leader is elected (lease TTL 3 s) before agents would fence;
+    a dead node's tasks move after 6 s instead of 3 s.
+
     Example: lazarus coordinator --cluster prod --listen 0.0.0.0:7070
     --advertise-address coord-0.lazarus:7070 --etcd-endpoint etcd:2379
     """
@@ -356,6 +363,23 @@ def coordinator(
     from coordinator.server import ServerSettings
 
     configure_logging(log_level, log_format)
+    if fan_in:
+        from coordinator.core.fanin import FanInSettings
+
+        profile = FanInSettings()
+        if ctx.get_parameter_source("fence_after_s").name == "DEFAULT":  # type: ignore[union-attr]
+            fence_after_s = profile.fence_after_s
+        if ctx.get_parameter_source("dead_after_s").name == "DEFAULT":  # type: ignore[union-attr]
+            dead_after_s = profile.dead_after_s
+        try:
+            FanInSettings(
+                heartbeat_interval_s=heartbeat_interval_s,
+                fence_after_s=fence_after_s,
+                dead_after_s=dead_after_s,
+                lease_ttl_s=float(lease_ttl_s),
+            )
+        except UsageError as exc:
+            raise typer.BadParameter(f"--fan-in: {exc}") from exc
     if advertise_address:  # Kubernetes hands out the pod IP alone (downward API)
         listen_port = listen.rpartition(":")[2]
         try:

@@ -123,6 +123,8 @@ async def test_agents_on_followers_run_their_tasks_through_the_leader_once(
         opened = re.findall(r"session open with (\S+)", agent.log_path.read_text(errors="replace"))
         assert opened
         assert set(opened) == {cluster.coordinator_addresses[i]}, opened
+        # The leader's Welcome came through: it carries the fan-in profile's fence.
+        assert "fence_after_s=5.0" in agent.log_path.read_text(errors="replace")
 
 
 async def test_the_leader_sigkilled_under_forwarded_sessions_loses_no_task_and_runs_none_twice(

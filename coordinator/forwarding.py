@@ -161,6 +161,8 @@ class _ForwardedContext:
         self._out = out
         self._peer = peer
         self.ended = False
+        self.forwarded = True
+        """The Session servicer skips the leader's admission: the follower admitted it."""
 
     def peer(self) -> str:
         return self._peer
@@ -351,8 +353,28 @@ class _InvalidEntry(Exception):
 # ---------------------------------------------------------------------- follower
 
 
+class _Held:
+    """One agent's Session that this replica holds, attached to a link or detached.
+
+    ``inbox`` is what to write to the agent: CoordinatorMessage bytes, or the
+    SessionEnd to end its stream with.
+    """
+
+    def __init__(self) -> None:
+        self.inbox: Inbox = asyncio.Queue()
+        self.link: _Link | None = None
+        self.sid = ""
+        self.awaiting_hello_since: float | None = None
+        self.heard: dict[int, float] = {}
+
+
 class _Link:
-    """A follower's one Forward stream to the leader at ``address`` (term ``term``)."""
+    """A follower's one Forward stream to the leader at ``address`` (term ``term``).
+
+    ``detached(held)`` is called for each Session the link stops carrying
+    without the leader having ended it: the link broke, or the leader ended
+    the Session with UNAVAILABLE (it stopped leading).
+    """
 
     def __init__(
         self,
@@ -361,14 +383,16 @@ class _Link:
         channel: grpc.aio.Channel,
         observer: ForwardObserver,
         max_outbound: int,
+        detached: Callable[[_Held], None],
     ) -> None:
         self.address = address
         self.term = term
         self.closed = False
         self._observer = observer
         self._max_outbound = max_outbound
+        self._detached = detached
         self._send: asyncio.Queue[replica_pb2.ForwardEntry] = asyncio.Queue()
-        self.sessions: dict[str, Inbox] = {}
+        self.sessions: dict[str, _Held] = {}
         self._ids = itertools.count(1)
         call = channel.stream_stream(
             FORWARD_METHOD,
@@ -389,25 +413,7 @@ class _Link:
             async for batch in self._call:
                 self._observer.forward_batch("received", len(batch.entries))
                 for entry in batch.entries:
-                    inbox = self.sessions.get(entry.session_id)
-                    if inbox is None:
-                        continue  # the agent already went
-                    if entry.WhichOneof("body") == "message":
-                        if inbox.qsize() >= self._max_outbound:
-                            self.sessions.pop(entry.session_id, None)
-                            inbox.put_nowait(
-                                replica_pb2.SessionEnd(
-                                    code=grpc.StatusCode.RESOURCE_EXHAUSTED.value[0],
-                                    reason=f"{self._max_outbound} messages unread: "
-                                    "the agent does not read its stream",
-                                )
-                            )
-                            self.send(_end(entry.session_id, grpc.StatusCode.CANCELLED, "unread"))
-                            continue
-                        inbox.put_nowait(entry.message)
-                    else:
-                        self.sessions.pop(entry.session_id, None)
-                        inbox.put_nowait(entry.end)
+                    self._route(entry)
         except grpc.aio.AioRpcError as exc:
             reason = f"{exc.code().name}: {exc.details()}"
         except asyncio.CancelledError:
@@ -416,35 +422,58 @@ class _Link:
         finally:
             self.fail(reason)
 
-    def open(self) -> tuple[str, Inbox]:
+    def _route(self, entry: replica_pb2.ForwardEntry) -> None:
+        held = self.sessions.get(entry.session_id)
+        if held is None:
+            return  # the agent already went
+        if entry.WhichOneof("body") == "message":
+            if held.inbox.qsize() >= self._max_outbound:
+                self.forget(entry.session_id)
+                held.inbox.put_nowait(
+                    replica_pb2.SessionEnd(
+                        code=grpc.StatusCode.RESOURCE_EXHAUSTED.value[0],
+                        reason=f"{self._max_outbound} messages unread: "
+                        "the agent does not read its stream",
+                    )
+                )
+                return
+            held.inbox.put_nowait(entry.message)
+            return
+        del self.sessions[entry.session_id]
+        held.link, held.sid = None, ""
+        if entry.end.code == grpc.StatusCode.UNAVAILABLE.value[0]:
+            self._detached(held)  # the leader stopped leading: carry it to the next one
+        else:
+            held.inbox.put_nowait(entry.end)
+
+    def open(self, held: _Held) -> str:
+        """Carry ``held`` on this link from now on; its new forwarded Session id."""
         sid = f"s{next(self._ids)}"
-        inbox: Inbox = asyncio.Queue()
-        self.sessions[sid] = inbox
-        return sid, inbox
+        self.sessions[sid] = held
+        held.link, held.sid = self, sid
+        return sid
 
     def send(self, entry: replica_pb2.ForwardEntry) -> None:
         if not self.closed:
             self._send.put_nowait(entry)
 
     def forget(self, sid: str) -> None:
-        if self.sessions.pop(sid, None) is not None:
+        """The agent's stream ended: end its forwarded Session at the leader."""
+        held = self.sessions.pop(sid, None)
+        if held is not None:
+            held.link, held.sid = None, ""
             self.send(_end(sid, grpc.StatusCode.CANCELLED, "the agent's stream ended"))
 
     def fail(self, reason: str) -> None:
-        """End the link and every Session on it (UNAVAILABLE; the agents reconnect)."""
+        """End the link; every Session it carried is detached (to be carried to the next leader)."""
         if self.closed:
             return
         self.closed = True
         _log.info("forward link to %s (term %d) ended: %s", self.address, self.term, reason)
         sessions, self.sessions = self.sessions, {}
-        for inbox in sessions.values():
-            inbox.put_nowait(
-                replica_pb2.SessionEnd(
-                    code=grpc.StatusCode.UNAVAILABLE.value[0],
-                    reason=f"this replica lost its link to the leader at {self.address} "
-                    f"({reason}); reconnect",
-                )
-            )
+        for held in sessions.values():
+            held.link, held.sid = None, ""
+            self._detached(held)
         self._call.cancel()
 
     async def close(self) -> None:
@@ -454,8 +483,28 @@ class _Link:
             await self._reader
 
 
+REATTACH_RATE_PER_S = 500.0
+"""Sessions a follower asks to say Hello again per second, after its leader changed."""
+
+REATTACH_HELLO_TIMEOUT_S = 5.0
+"""An agent that sends no Hello this long after a Reattach has its stream ended (UNAVAILABLE)."""
+
+RELINK_INTERVAL_S = 0.1
+"""How often a follower with detached Sessions looks for a leader to carry them to."""
+
+
 class SessionForwarder:
     """A follower's side of fan-in: holds agents' Sessions, forwards them to the leader.
+
+    When the leader goes (its link breaks, the election shows another one, or
+    it ends a Session with UNAVAILABLE), the Sessions it carried are
+    *detached*, not ended: the agents' streams stay open. As soon as a leader
+    answers again, each detached agent gets a ``Reattach`` (at most
+    :data:`REATTACH_RATE_PER_S`, spreading the new leader's Hellos) and its
+    next Hello opens a forwarded Session there; until then its messages are
+    dropped (the agent re-sends what matters after the Welcome, as after any
+    reconnect). An agent that does not answer a Reattach with a Hello within
+    :data:`REATTACH_HELLO_TIMEOUT_S` is ended with UNAVAILABLE.
 
     Args:
         runtime: the replica's runtime (its election names the leader).
@@ -478,18 +527,32 @@ class SessionForwarder:
         self._link: _Link | None = None
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._connecting = asyncio.Lock()
+        self._held: set[_Held] = set()
+        self._detached: dict[_Held, None] = {}  # insertion-ordered set
+        self._reattacher: asyncio.Task[None] | None = None
         runtime.on_leader_observed(self._leader_observed)
 
     @property
     def held(self) -> int:
-        """Sessions this replica holds and forwards now."""
-        link = self._link
-        return len(link.sessions) if link is not None and not link.closed else 0
+        """Agents' Sessions this replica holds now (attached or detached)."""
+        return len(self._held)
+
+    @property
+    def detached(self) -> int:
+        """Of those, Sessions waiting for a leader to be carried to."""
+        return len(self._detached)
 
     def _leader_observed(self, address: str, term: int) -> None:
         link = self._link
         if link is not None and not link.closed and (link.term != term or link.address != address):
             link.fail(f"the election shows a new leader, term {term} at {address or '?'}")
+
+    def _detach(self, held: _Held) -> None:
+        if held in self._held:
+            held.awaiting_hello_since = None
+            self._detached[held] = None
+            if self._reattacher is None or self._reattacher.done():
+                self._reattacher = asyncio.create_task(self._reattach(), name="fan-in-reattach")
 
     async def _current_link(self) -> _Link | None:
         async with self._connecting:
@@ -513,36 +576,89 @@ class SessionForwarder:
             except TimeoutError:
                 _log.warning("the leader at %s does not answer; not forwarding", leader.value)
                 return None
-            link = _Link(leader.value, leader.term, channel, self._observer, self._max_outbound)
+            link = _Link(
+                leader.value,
+                leader.term,
+                channel,
+                self._observer,
+                self._max_outbound,
+                self._detach,
+            )
             self._link = link
             _log.info("forwarding Sessions to the leader at %s (term %d)", link.address, link.term)
             return link
 
+    async def _reattach(self) -> None:
+        """Carry detached Sessions to the next leader that answers; until none is left."""
+        while self._detached or any(h.awaiting_hello_since is not None for h in self._held):
+            self._expire_reattaches()
+            if not self._detached:
+                await asyncio.sleep(RELINK_INTERVAL_S)
+                continue
+            link = await self._current_link()
+            if link is None or self._runtime.leading:
+                if self._runtime.leading:  # this replica leads now: agents reconnect to it
+                    for held in list(self._detached):
+                        self._end(held, "this replica leads now; reconnect to it")
+                await asyncio.sleep(RELINK_INTERVAL_S)
+                continue
+            reattach = agent_pb2.CoordinatorMessage(
+                reattach=agent_pb2.Reattach(term=link.term)
+            ).SerializeToString()
+            _log.info(
+                "carrying %d Session(s) to the leader at %s (term %d)",
+                len(self._detached),
+                link.address,
+                link.term,
+            )
+            while self._detached and not link.closed:
+                held = next(iter(self._detached))
+                del self._detached[held]
+                held.link = link
+                held.awaiting_hello_since = time.monotonic()
+                held.inbox.put_nowait(reattach)
+                await asyncio.sleep(1.0 / REATTACH_RATE_PER_S)
+
+    def _expire_reattaches(self) -> None:
+        now = time.monotonic()
+        for held in list(self._held):
+            since = held.awaiting_hello_since
+            if since is not None and now - since > REATTACH_HELLO_TIMEOUT_S:
+                self._end(held, f"no Hello {REATTACH_HELLO_TIMEOUT_S:g} s after Reattach")
+
+    def _end(self, held: _Held, reason: str) -> None:
+        self._detached.pop(held, None)
+        held.awaiting_hello_since = None
+        held.inbox.put_nowait(
+            replica_pb2.SessionEnd(code=grpc.StatusCode.UNAVAILABLE.value[0], reason=reason)
+        )
+
     async def hold(
         self, requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext[Any, Any]
     ) -> bool:
-        """Hold one agent's Session for as long as the leader serves it.
+        """Hold one agent's Session for as long as a leader serves it (or may again).
 
         Returns:
             False at once when there is no leader to forward to (the caller
             answers NotLeader, as a replica without fan-in does); True once
             the Session is over (ended as the leader ended it, or with
-            UNAVAILABLE when the link to the leader ended).
+            UNAVAILABLE when it cannot be carried to a leader).
         """
         link = await self._current_link()
         if link is None:
             return False
-        sid, inbox = link.open()
+        held = _Held()
+        self._held.add(held)
+        link.open(held)
         observer = self._observer
         observer.forwarded_sessions("follower", 1)
-        heard: dict[int, float] = {}
-        reader = asyncio.create_task(self._pump(requests, link, sid, heard))
+        reader = asyncio.create_task(self._pump(requests, held))
         try:
             while True:
-                item = await inbox.get()
+                item = await held.inbox.get()
                 if isinstance(item, bytes):
-                    if heard:
-                        self._time_ack(item, heard)
+                    if held.heard:
+                        self._time_ack(item, held.heard)
                     await context.write(item)
                     continue
                 if item.code == _OK:
@@ -552,35 +668,46 @@ class SessionForwarder:
             reader.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await reader
-            link.forget(sid)
+            self._held.discard(held)
+            self._detached.pop(held, None)
+            if held.link is not None and held.sid:
+                held.link.forget(held.sid)
             observer.forwarded_sessions("follower", -1)
 
-    async def _pump(
-        self, requests: AsyncIterator[bytes], link: _Link, sid: str, heard: dict[int, float]
-    ) -> None:
-        """The agent's messages, verbatim, onto the link; then the stream's end."""
+    async def _pump(self, requests: AsyncIterator[bytes], held: _Held) -> None:
+        """The agent's messages, verbatim, onto its link; then the stream's end."""
         code, reason = grpc.StatusCode.OK, ""
         try:
             async for raw in requests:
-                self._note_heartbeat(raw, heard)
-                link.send(replica_pb2.ForwardEntry(session_id=sid, message=raw))
+                message = _parse_agent_message(raw)
+                if held.awaiting_hello_since is not None:
+                    # After a Reattach: everything before the new Hello is dropped.
+                    if message is None or message.WhichOneof("body") != "hello":
+                        continue
+                    link = held.link
+                    held.awaiting_hello_since = None
+                    if link is None or link.closed:
+                        self._detach(held)
+                        continue
+                    link.open(held)
+                link = held.link
+                if link is None or not held.sid:
+                    continue  # detached: the agent's heartbeats have nobody to reach
+                if message is not None and message.WhichOneof("body") == "heartbeat":
+                    held.heard[message.heartbeat.seq] = time.monotonic()
+                    while len(held.heard) > 64:
+                        held.heard.pop(next(iter(held.heard)))
+                link.send(replica_pb2.ForwardEntry(session_id=held.sid, message=raw))
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # the agent's stream broke
             code, reason = grpc.StatusCode.CANCELLED, f"the agent's stream broke: {exc}"
-        if sid in link.sessions:
-            link.send(_end(sid, code, reason))
-
-    @staticmethod
-    def _note_heartbeat(raw: bytes, heard: dict[int, float]) -> None:
-        try:
-            message = agent_pb2.AgentMessage.FromString(raw)
-        except DecodeError:
-            return  # the leader refuses it with its own words
-        if message.WhichOneof("body") == "heartbeat":
-            heard[message.heartbeat.seq] = time.monotonic()
-            while len(heard) > 64:
-                heard.pop(next(iter(heard)))
+        if held.link is not None and held.sid and code is grpc.StatusCode.OK:
+            # Half-closed: the leader answers what it still has, then ends the Session.
+            held.link.send(_end(held.sid, code, reason))
+            return
+        # Broken, or nobody to wait for: end now (``hold`` ends the forwarded Session).
+        held.inbox.put_nowait(replica_pb2.SessionEnd(code=code.value[0], reason=reason))
 
     def _time_ack(self, raw: bytes, heard: dict[int, float]) -> None:
         try:
@@ -593,13 +720,27 @@ class SessionForwarder:
                 self._observer.forward_ack(time.monotonic() - arrived)
 
     async def close(self) -> None:
-        """End the link (its Sessions end with UNAVAILABLE) and the channels."""
+        """End every held Session (UNAVAILABLE: its agent reconnects elsewhere) and the link."""
+        for held in list(self._held):
+            self._end(held, "this replica is stopping; reconnect")
+        if self._reattacher is not None:
+            self._reattacher.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._reattacher
         if self._link is not None:
+            self._detached.clear()
             await self._link.close()
         for channel in self._channels.values():
             with contextlib.suppress(Exception):
                 await channel.close()
         self._channels.clear()
+
+
+def _parse_agent_message(raw: bytes) -> agent_pb2.AgentMessage | None:
+    try:
+        return agent_pb2.AgentMessage.FromString(raw)
+    except DecodeError:
+        return None  # the leader refuses it with its own words
 
 
 def add_replica_service(

@@ -131,12 +131,17 @@ class AgentSessionService:
         if not runtime.leading:
             forwarder = self.forwarder
             if forwarder is not None:
-                if not await forwarder.hold(request_iterator, context):
+                # Admission at the replica that holds the Session (its Hello rate,
+                # its CPU); the leader admits forwarded Sessions without asking.
+                refused = runtime.admit_session()
+                if refused is not None:
+                    await self._defer(request_iterator, context, *refused)
+                elif not await forwarder.hold(request_iterator, context):
                     await self._no_leader_to_forward_to(request_iterator, context)
                 return
             await self._not_leader(request_iterator, context)
             return
-        refused = runtime.admit_session()
+        refused = None if getattr(context, "forwarded", False) else runtime.admit_session()
         if refused is not None:
             await self._defer(request_iterator, context, *refused)
             return

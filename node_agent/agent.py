@@ -630,7 +630,8 @@ class NodeAgent:
         for cmd in commands:
             if isinstance(cmd, Send):
                 if self._outbound is not None:
-                    self._outbound.put_nowait(convert.agent_message_to_pb(cmd.message))
+                    # A Hello (after a Reattach) gets the static fields of the first one.
+                    self._outbound.put_nowait(convert.agent_message_to_pb(cmd.message, self._hello))
             elif isinstance(cmd, PersistMeta):
                 assert self._store is not None
                 await self._store.aio.put_meta(cmd.task_id, convert.encode_meta(cmd.meta))

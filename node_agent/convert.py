@@ -368,6 +368,8 @@ def coordinator_message_from_pb(msg: agent_pb2.CoordinatorMessage) -> r.Coordina
             term=nl.term,
             retry_after_ms=nl.retry_after_ms,
         )
+    if body == "reattach":
+        return r.Reattach(term=msg.reattach.term)
     if body == "task_update_ack":
         ack = msg.task_update_ack
         return r.TaskUpdateAck(

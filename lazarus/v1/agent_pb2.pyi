@@ -276,7 +276,7 @@ class Goodbye(_message.Message):
     def __init__(self, reason: _Optional[str] = ..., released_all: _Optional[bool] = ...) -> None: ...
 
 class CoordinatorMessage(_message.Message):
-    __slots__ = ("welcome", "heartbeat_ack", "assign", "revoke", "release", "drain", "not_leader", "task_update_ack", "reconcile_request", "delta_request", "delta_batch", "delta_ack", "reconcile_done", "lineage_request", "lineage_ack")
+    __slots__ = ("welcome", "heartbeat_ack", "assign", "revoke", "release", "drain", "not_leader", "task_update_ack", "reconcile_request", "delta_request", "delta_batch", "delta_ack", "reconcile_done", "lineage_request", "lineage_ack", "reattach")
     WELCOME_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_ACK_FIELD_NUMBER: _ClassVar[int]
     ASSIGN_FIELD_NUMBER: _ClassVar[int]
@@ -292,6 +292,7 @@ class CoordinatorMessage(_message.Message):
     RECONCILE_DONE_FIELD_NUMBER: _ClassVar[int]
     LINEAGE_REQUEST_FIELD_NUMBER: _ClassVar[int]
     LINEAGE_ACK_FIELD_NUMBER: _ClassVar[int]
+    REATTACH_FIELD_NUMBER: _ClassVar[int]
     welcome: Welcome
     heartbeat_ack: HeartbeatAck
     assign: Assign
@@ -307,7 +308,14 @@ class CoordinatorMessage(_message.Message):
     reconcile_done: ReconcileDone
     lineage_request: LineageRequest
     lineage_ack: LineageAck
-    def __init__(self, welcome: _Optional[_Union[Welcome, _Mapping]] = ..., heartbeat_ack: _Optional[_Union[HeartbeatAck, _Mapping]] = ..., assign: _Optional[_Union[Assign, _Mapping]] = ..., revoke: _Optional[_Union[Revoke, _Mapping]] = ..., release: _Optional[_Union[Release, _Mapping]] = ..., drain: _Optional[_Union[Drain, _Mapping]] = ..., not_leader: _Optional[_Union[NotLeader, _Mapping]] = ..., task_update_ack: _Optional[_Union[TaskUpdateAck, _Mapping]] = ..., reconcile_request: _Optional[_Union[ReconcileRequest, _Mapping]] = ..., delta_request: _Optional[_Union[DeltaRequest, _Mapping]] = ..., delta_batch: _Optional[_Union[DeltaBatch, _Mapping]] = ..., delta_ack: _Optional[_Union[DeltaAck, _Mapping]] = ..., reconcile_done: _Optional[_Union[ReconcileDone, _Mapping]] = ..., lineage_request: _Optional[_Union[LineageRequest, _Mapping]] = ..., lineage_ack: _Optional[_Union[LineageAck, _Mapping]] = ...) -> None: ...
+    reattach: Reattach
+    def __init__(self, welcome: _Optional[_Union[Welcome, _Mapping]] = ..., heartbeat_ack: _Optional[_Union[HeartbeatAck, _Mapping]] = ..., assign: _Optional[_Union[Assign, _Mapping]] = ..., revoke: _Optional[_Union[Revoke, _Mapping]] = ..., release: _Optional[_Union[Release, _Mapping]] = ..., drain: _Optional[_Union[Drain, _Mapping]] = ..., not_leader: _Optional[_Union[NotLeader, _Mapping]] = ..., task_update_ack: _Optional[_Union[TaskUpdateAck, _Mapping]] = ..., reconcile_request: _Optional[_Union[ReconcileRequest, _Mapping]] = ..., delta_request: _Optional[_Union[DeltaRequest, _Mapping]] = ..., delta_batch: _Optional[_Union[DeltaBatch, _Mapping]] = ..., delta_ack: _Optional[_Union[DeltaAck, _Mapping]] = ..., reconcile_done: _Optional[_Union[ReconcileDone, _Mapping]] = ..., lineage_request: _Optional[_Union[LineageRequest, _Mapping]] = ..., lineage_ack: _Optional[_Union[LineageAck, _Mapping]] = ..., reattach: _Optional[_Union[Reattach, _Mapping]] = ...) -> None: ...
+
+class Reattach(_message.Message):
+    __slots__ = ("term",)
+    TERM_FIELD_NUMBER: _ClassVar[int]
+    term: int
+    def __init__(self, term: _Optional[int] = ...) -> None: ...
 
 class Welcome(_message.Message):
     __slots__ = ("session_id", "term", "leader_id", "heartbeat_interval_ms", "fence_after_ms", "dead_after_ms", "node_state", "cluster_name", "server_time_unix_ms", "max_message_bytes", "max_payload_bytes", "protocol_version")

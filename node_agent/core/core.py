@@ -67,6 +67,7 @@ from .records import (
     LineageAck,
     LineageReport,
     NotLeader,
+    Reattach,
     Release,
     Released,
     Revoke,
@@ -673,6 +674,8 @@ class AgentCore:
                     retry_after_s=max(0, msg.retry_after_ms) / 1000.0,
                 )
             ]
+        if isinstance(msg, Reattach):
+            return self._on_reattach(msg, now, wall_ms)
         if self._session is not SessionState.OPEN:
             return []  # stale directives of a Session we gave up on
         if isinstance(msg, HeartbeatAck):
@@ -692,6 +695,21 @@ class AgentCore:
                 return []
             return [Notice("fork_recorded", {"fork_id": msg.fork_id, "task_id": msg.task_id})]
         return [Notice("ignored_message", {"body": getattr(msg, "body", "")})]
+
+    def _on_reattach(self, msg: Reattach, now: float, wall_ms: int) -> list[Command]:
+        """Fan-in: the replica holding the Session reached a new leader; Hello again on it.
+
+        The session with the old leader is over, as if the stream had ended
+        (``on_session_closed``): tasks run on until the fence deadline, which
+        only a Welcome (or an ack after it) moves; directives are ignored
+        until then. Before any Welcome the first Hello is still in flight and
+        nothing is sent.
+        """
+        if self._session is SessionState.IDLE:
+            return []
+        self._lapse()
+        self._updates.clear()
+        return [Notice("reattach", {"term": msg.term}), Send(self.hello(now, wall_ms))]
 
     def _lapse(self) -> None:
         """The Session ended: tasks run on until the fence deadline (IDLE, FENCED stay)."""

@@ -294,6 +294,13 @@ class NotLeader:
 
 
 @dataclass(frozen=True, slots=True)
+class Reattach:
+    """Fan-in: the replica holding the Session reached a new leader; say Hello again on it."""
+
+    term: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class HeartbeatAck:
     """The leader received heartbeat ``seq``."""
 
@@ -379,6 +386,7 @@ class Unhandled:
 CoordinatorMessage = (
     Welcome
     | NotLeader
+    | Reattach
     | HeartbeatAck
     | Assign
     | Revoke

@@ -1350,3 +1350,34 @@ def test_the_order_check_refuses_a_start_before_its_meta() -> None:
     with pytest.raises(AssertionError, match="lead its batch"):
         check_command_order([Notice("n"), PersistMetas(())])
     check_command_order([PersistMeta("t1", TaskMeta(2, 1, "k", "running")), start])
+
+
+def test_a_reattach_says_hello_on_the_same_stream_and_keeps_tasks_running_until_welcome() -> None:
+    d = Driver()
+    d.ack_all(d.connect())
+    d.run("t1")
+    d.at(0.5)
+    d.ack_all(d.tick())
+    out = d.msg(rec.Reattach(term=9))
+    assert notices(out, "reattach")
+    hellos = [c.message for c in out if isinstance(c, Send) and isinstance(c.message, rec.Hello)]
+    assert len(hellos) == 1
+    # A fresh Hello: it lists the task held now, at its epoch.
+    assert [(h.task_id, h.epoch) for h in hellos[0].held_tasks] == [("t1", 1)]
+    assert not any(isinstance(c, CloseSession) for c in out)  # the stream stays
+    assert not d.core.session_open
+    assert d.core.slot_state("t1") is SlotState.RUNNING  # runs on until the fence
+    # The old leader's directives are ignored until the new Welcome.
+    assert d.msg(revoke_msg("t1", 1, rec.RevokeReason.CANCELLED)) == []
+    assert d.core.slot_state("t1") is SlotState.RUNNING
+    d.at(0.7)
+    assert notices(d.msg(welcome_msg(term=9)), "session_open")
+    assert d.core.session_open
+    assert d.core.term == 9
+    assert d.core.slot_state("t1") is SlotState.RUNNING
+
+
+def test_a_reattach_before_any_welcome_sends_nothing() -> None:
+    d = Driver()
+    d.hello()
+    assert d.msg(rec.Reattach(term=3)) == []

@@ -554,7 +554,12 @@ class SessionForwarder:
             if self._reattacher is None or self._reattacher.done():
                 self._reattacher = asyncio.create_task(self._reattach(), name="fan-in-reattach")
 
-    async def _current_link(self) -> _Link | None:
+    async def _current_link(self, to_self: bool = False) -> _Link | None:
+        """The open link to the leader, or a new one; None when no leader answers.
+
+        ``to_self``: when this replica leads, link to itself (the Sessions it
+        held as a follower stay on their streams and are served here).
+        """
         async with self._connecting:
             link = self._link
             if link is not None and not link.closed:
@@ -565,7 +570,9 @@ class SessionForwarder:
                 _log.warning("reading the leader to forward to failed: %s", exc)
                 return None
             own = self._runtime.settings.advertise_address
-            if leader is None or not leader.value or leader.value == own:
+            if leader is None or not leader.value:
+                return None
+            if leader.value == own and not (to_self and self._runtime.leading):
                 return None
             channel = self._channels.get(leader.value)
             if channel is None:
@@ -595,11 +602,8 @@ class SessionForwarder:
             if not self._detached:
                 await asyncio.sleep(RELINK_INTERVAL_S)
                 continue
-            link = await self._current_link()
-            if link is None or self._runtime.leading:
-                if self._runtime.leading:  # this replica leads now: agents reconnect to it
-                    for held in list(self._detached):
-                        self._end(held, "this replica leads now; reconnect to it")
+            link = await self._current_link(to_self=True)
+            if link is None:
                 await asyncio.sleep(RELINK_INTERVAL_S)
                 continue
             reattach = agent_pb2.CoordinatorMessage(

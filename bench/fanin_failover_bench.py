@@ -1,0 +1,499 @@
+"""Fan-in (issue 20): a leader crash with many nodes attached, measured from the nodes.
+
+Three real ``lazarus coordinator`` replicas (``--auth none``, default timings:
+0.5 s heartbeats; with ``--fan-in`` its profile, fence 5 s / dead 6 s) on one
+local etcd. Simulated node agents, run by three load generator processes
+(this script with ``--worker``), follow the real agent's Session rules: Hello
+until Welcome; a heartbeat every 0.5 s; a ``Reattach`` answered with a Hello
+on the same stream; a stream that ends, or a NotLeader, answered by dialling
+the next replica of their list after a short random backoff (the list starts
+at the replica the generator was given, so nodes spread over the replicas as a
+Kubernetes Service spreads them); and the agent's fence rule: a node *would
+have self-fenced* when no heartbeat it sent in the last ``h + f - lead``
+seconds was acked (``f`` from the Welcome, ``lead`` 0.5 s), which pauses its
+tasks.
+
+The run: attach ``--nodes`` nodes, settle, hold ``--hold-s`` seconds, then
+SIGKILL (or ``--signal term``) the leader and watch ``--after-s`` seconds.
+Reported, per placement (``--fan-in`` on and off): nodes that would have
+self-fenced, Sessions dropped (streams that ended) on the surviving replicas
+and on the killed one, Reattaches, DEAD and SUSPECT verdicts by the new leader
+(every node stays alive, so each is false), ack p50 / p99 in the window after
+the kill, and the time until every node was acked again.
+
+Results: ``bench/results/fanin-failover.json`` and the "fanin-failover"
+section of ``bench/README.md``. Every process started here is stopped.
+
+Run: ``.venv/bin/python bench/fanin_failover_bench.py [--nodes N] [--signal kill|term]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import itertools
+import json
+import os
+import random
+import signal
+import sys
+import tempfile
+import time
+import urllib.request
+import uuid
+from pathlib import Path
+from typing import Any
+
+import grpc
+import grpc.aio
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _report import RESULTS_DIR, measured_commit, today, write_json, write_section
+
+from lazarus.v1 import agent_pb2, records_pb2
+from lazarus_dev.devcluster import LocalCluster
+
+RESULTS = RESULTS_DIR / "fanin-failover.json"
+SELF = Path(__file__).resolve()
+SESSION_METHOD = "/lazarus.v1.AgentService/Session"
+CHANNEL_OPTIONS = [("grpc.enable_http_proxy", 0), ("grpc.use_local_subchannel_pool", 1)]
+FENCE_LEAD_S = 0.5
+HELLO_CONCURRENCY = 16
+SETTLE_S = 3.0
+
+
+def _percentile(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, int(q * len(ordered) + 0.5) - 1))]
+
+
+# ---------------------------------------------------------------- load generator
+
+
+class FanNode:
+    """One simulated agent: the real agent's Session rules, no tasks."""
+
+    def __init__(self, stats: Stats, addresses: list[str], node_id: str) -> None:
+        self.stats = stats
+        self.addresses = addresses
+        self.index = 0
+        self.node_id = node_id
+        self.incarnation = uuid.uuid4().hex[:12]
+        self.channel: grpc.aio.Channel | None = None
+        self.call: Any = None
+        self.seq = 0
+        self.sent: dict[int, float] = {}
+        self.interval_s = 0.5
+        self.fence_s = 2.0
+        self.acked_send_s = 0.0  # send time of the newest acked beat (or the Hello)
+        self.open = False
+        self.fenced = False
+        self.task: asyncio.Task[None] | None = None
+        self.redirect = ""
+        self.dialled = ""
+        self.hello_sent_s = 0.0
+        self.stats_welcomed = False
+
+    async def _dial(self) -> None:
+        if self.channel is not None:
+            self.call.cancel()
+            await self.channel.close()
+        address = self.redirect or self.addresses[self.index % len(self.addresses)]
+        self.redirect = ""
+        self.dialled = address
+        self.channel = grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
+        self.call = self.channel.stream_stream(
+            SESSION_METHOD,
+            request_serializer=agent_pb2.AgentMessage.SerializeToString,
+            response_deserializer=agent_pb2.CoordinatorMessage.FromString,
+        )()
+
+    async def _hello(self) -> None:
+        self.hello_sent_s = time.monotonic()
+        await self.call.write(
+            agent_pb2.AgentMessage(
+                hello=agent_pb2.Hello(
+                    node_id=self.node_id,
+                    incarnation=self.incarnation,
+                    capacity=records_pb2.NodeCapacity(slots=1),
+                )
+            )
+        )
+
+    async def connect(self, gate: asyncio.Semaphore | None = None) -> None:
+        """Dial until a Welcome: the next replica after a failure, NotLeader's delay honoured."""
+        while True:
+            async with gate if gate is not None else contextlib.nullcontext():
+                await self._dial()
+                delay = random.uniform(0.05, 0.2)
+                try:
+                    await self._hello()
+                    async with asyncio.timeout(10):
+                        reply = await self.call.read()
+                except (grpc.aio.AioRpcError, TimeoutError, asyncio.InvalidStateError):
+                    reply = grpc.aio.EOF
+                if reply is not grpc.aio.EOF and reply.WhichOneof("body") == "welcome":
+                    self._welcomed(reply.welcome)
+                    return
+                if reply is not grpc.aio.EOF and reply.WhichOneof("body") == "not_leader":
+                    delay = max(delay, reply.not_leader.retry_after_ms / 1000.0)
+                    self.redirect = reply.not_leader.leader_address  # "": the next one
+                    if not self.redirect:
+                        self.index += 1
+                else:
+                    self.index += 1
+            await asyncio.sleep(delay)
+
+    def _welcomed(self, welcome: Any) -> None:
+        self.stats_welcomed = True
+        self.open = True
+        self.fenced = False
+        self.interval_s = welcome.heartbeat_interval_ms / 1000.0 or self.interval_s
+        self.fence_s = welcome.fence_after_ms / 1000.0 or self.fence_s
+        self.acked_send_s = self.hello_sent_s
+        self.stats.welcomes += 1
+
+    def check_fence(self, now: float) -> None:
+        """The agent's rule: pause at the newest acked send + h + f - lead."""
+        # As the agent: from its first Welcome on, open Session or not, until a new Welcome.
+        deadline = self.acked_send_s + self.interval_s + self.fence_s - FENCE_LEAD_S
+        if self.stats_welcomed and not self.fenced and now > deadline:
+            self.fenced = True
+            self.stats.fenced.add(self.node_id)
+
+    async def run(self) -> None:
+        sender = asyncio.create_task(self._send())
+        try:
+            while True:
+                try:
+                    reply = await self.call.read()
+                except grpc.aio.AioRpcError:
+                    reply = grpc.aio.EOF
+                if reply is grpc.aio.EOF:
+                    self.open = False
+                    self.stats.ends.append((time.time(), self.dialled))
+                    self.index += 1
+                    await asyncio.sleep(random.uniform(0.05, 0.2))
+                    await self.connect()
+                    continue
+                body = reply.WhichOneof("body")
+                if body == "heartbeat_ack":
+                    sent = self.sent.pop(reply.heartbeat_ack.seq, None)
+                    if sent is not None:
+                        now = time.monotonic()
+                        self.stats.latencies.append((time.time(), (now - sent) * 1000.0))
+                        self.acked_send_s = max(self.acked_send_s, sent)
+                elif body == "reattach":
+                    self.open = False
+                    self.stats.reattaches += 1
+                    with contextlib.suppress(grpc.aio.AioRpcError, asyncio.InvalidStateError):
+                        await self._hello()
+                elif body == "welcome":
+                    self._welcomed(reply.welcome)
+                elif body == "not_leader":
+                    self.open = False
+        finally:
+            sender.cancel()
+
+    async def _send(self) -> None:
+        await asyncio.sleep(random.uniform(0.0, self.interval_s))
+        while True:
+            if self.open:
+                self.seq += 1
+                self.sent[self.seq] = time.monotonic()
+                with contextlib.suppress(grpc.aio.AioRpcError, asyncio.InvalidStateError):
+                    await self.call.write(
+                        agent_pb2.AgentMessage(heartbeat=agent_pb2.Heartbeat(seq=self.seq))
+                    )
+                while len(self.sent) > 64:
+                    self.sent.pop(next(iter(self.sent)))
+            await asyncio.sleep(self.interval_s + random.uniform(0.0, 0.02))
+
+    async def close(self) -> None:
+        if self.task is not None:
+            self.task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self.task
+        if self.channel is not None:
+            self.call.cancel()
+            await self.channel.close()
+
+
+class Stats:
+    def __init__(self) -> None:
+        self.latencies: list[tuple[float, float]] = []
+        self.ends: list[tuple[float, str]] = []
+        self.fenced: set[str] = set()
+        self.reattaches = 0
+        self.welcomes = 0
+
+    def take(self) -> dict[str, Any]:
+        out = {
+            "latencies": self.latencies,
+            "ends": self.ends,
+            "fenced": sorted(self.fenced),
+            "reattaches": self.reattaches,
+            "welcomes": self.welcomes,
+        }
+        self.__init__()  # type: ignore[misc]
+        return out
+
+
+async def worker_main(addresses: list[str], prefix: str) -> None:
+    """Serve JSON commands on stdin: add <count>, take, stop; one JSON line each."""
+    stats = Stats()
+    nodes: list[FanNode] = []
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader()
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+
+    async def fence_check() -> None:
+        while True:
+            now = time.monotonic()
+            for node in nodes:
+                node.check_fence(now)
+            await asyncio.sleep(0.05)
+
+    checker = asyncio.create_task(fence_check())
+
+    def reply(message: dict[str, Any]) -> None:
+        sys.stdout.write(json.dumps(message) + "\n")
+        sys.stdout.flush()
+
+    try:
+        while line := await reader.readline():
+            command = json.loads(line)
+            if command["op"] == "add":
+                gate = asyncio.Semaphore(HELLO_CONCURRENCY)
+                batch = [
+                    FanNode(stats, addresses, f"{prefix}-{len(nodes) + i:05d}")
+                    for i in range(command["count"])
+                ]
+                await asyncio.gather(*(n.connect(gate) for n in batch))
+                for n in batch:
+                    n.task = asyncio.create_task(n.run())
+                nodes.extend(batch)
+                reply({"ok": True, "nodes": len(nodes)})
+            elif command["op"] == "take":
+                reply({"ok": True, **stats.take()})
+            elif command["op"] == "stop":
+                break
+    finally:
+        checker.cancel()
+        await asyncio.gather(*(n.close() for n in nodes), return_exceptions=True)
+        reply({"ok": True, "stopped": True})
+
+
+class WorkerProcess:
+    def __init__(self, process: asyncio.subprocess.Process) -> None:
+        self.process = process
+
+    @classmethod
+    async def spawn(cls, addresses: list[str], prefix: str) -> WorkerProcess:
+        process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            str(SELF),
+            "--worker",
+            ",".join(addresses),
+            prefix,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            limit=1 << 28,
+        )
+        return cls(process)
+
+    async def ask(self, op: str, timeout_s: float = 180.0, **kw: Any) -> dict[str, Any]:
+        assert self.process.stdin is not None
+        assert self.process.stdout is not None
+        self.process.stdin.write((json.dumps({"op": op, **kw}) + "\n").encode())
+        await self.process.stdin.drain()
+        async with asyncio.timeout(timeout_s):
+            line = await self.process.stdout.readline()
+        if not line:
+            raise RuntimeError(f"worker {self.process.pid} ended (exit {self.process.returncode})")
+        return json.loads(line)  # type: ignore[no-any-return]
+
+    async def stop(self) -> None:
+        with contextlib.suppress(Exception):
+            await self.ask("stop", timeout_s=30.0)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.process.pid, signal.SIGKILL)
+        with contextlib.suppress(Exception):
+            await self.process.wait()
+
+
+# ---------------------------------------------------------------- orchestration
+
+
+def _series(url: str, name: str, labels: str = "") -> float:
+    with urllib.request.urlopen(url, timeout=5) as response:
+        body = response.read().decode()
+    total = 0.0
+    for line in body.splitlines():
+        if line.startswith("#"):
+            continue
+        sample, _, value = line.rpartition(" ")
+        if sample.split("{", 1)[0] == name and labels in sample:
+            total += float(value)
+    return total
+
+
+async def one_run(args: argparse.Namespace, fan_in: bool) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="fanin-failover-") as tmp:
+        cluster = LocalCluster(
+            Path(tmp),
+            coordinators=3,
+            agents=0,
+            cluster=f"fifo-{uuid.uuid4().hex[:6]}",
+            tls=False,
+            durable_redis=False,
+            coordinator_args=["--fan-in"] if fan_in else [],
+        )
+        cluster.start()
+        workers: list[WorkerProcess] = []
+        try:
+            await cluster.ready(40)
+            leader, _ = await cluster.leader()
+            addresses = cluster.coordinator_addresses
+            for k in range(3):
+                rotated = addresses[k:] + addresses[:k]
+                workers.append(await WorkerProcess.spawn(rotated, f"w{k}"))
+            share = args.nodes // 3
+            started = time.monotonic()
+            await asyncio.gather(*(w.ask("add", count=share) for w in workers))
+            attach_s = time.monotonic() - started
+            await asyncio.sleep(SETTLE_S)
+            await asyncio.gather(*(w.ask("take") for w in workers))
+            await asyncio.sleep(args.hold_s)
+            before = await asyncio.gather(*(w.ask("take") for w in workers))
+            survivors = [i for i in range(3) if i != leader]
+            killed_address = addresses[leader]
+            dead_before = {
+                i: _series(
+                    cluster.coordinator_metrics[i], "lazarus_failure_detection_seconds_count"
+                )
+                for i in survivors
+            }
+            killed_at = time.time()
+            victim = cluster.coordinators[leader]
+            if args.signal == "kill":
+                victim.kill()
+            else:
+                victim.signal(signal.SIGTERM)
+            await asyncio.sleep(args.after_s)
+            after = await asyncio.gather(*(w.ask("take") for w in workers))
+            new_leader, _ = await cluster.leader()
+            metrics = cluster.coordinator_metrics[new_leader]
+            dead = sum(
+                _series(cluster.coordinator_metrics[i], "lazarus_failure_detection_seconds_count")
+                - dead_before[i]
+                for i in survivors
+            )
+            not_alive = {
+                state: _series(metrics, "lazarus_nodes", f'state="{state}"')
+                for state in ("suspect", "dead")
+            }
+        finally:
+            for w in workers:
+                await w.stop()
+            await asyncio.to_thread(cluster.stop)
+    ends = [e for a in after for e in a["ends"]]
+    on_killed = sum(1 for _, address in ends if address == killed_address)
+    window = [ms for a in after for t, ms in a["latencies"] if t >= killed_at]
+    last_gap = 0.0
+    acked_times = sorted(t for a in after for t, _ in a["latencies"])
+    for a, b in itertools.pairwise(acked_times):
+        last_gap = max(last_gap, b - a)
+    return {
+        "fan_in": fan_in,
+        "nodes": args.nodes,
+        "signal": args.signal,
+        "attach_s": attach_s,
+        "ack_p99_before_ms": _percentile([ms for b in before for _, ms in b["latencies"]], 0.99),
+        "nodes_fenced": len({n for a in after for n in a["fenced"]}),
+        "sessions_dropped_on_survivors": len(ends) - on_killed,
+        "sessions_dropped_on_killed": on_killed,
+        "reattaches": sum(a["reattaches"] for a in after),
+        "dead_verdicts": dead,
+        "suspect_or_dead_at_end": not_alive["suspect"] + not_alive["dead"],
+        "ack_p50_after_ms": _percentile(window, 0.5),
+        "ack_p99_after_ms": _percentile(window, 0.99),
+        "longest_ack_silence_s": last_gap,
+    }
+
+
+def readme(result: dict[str, Any]) -> str:
+    rows = []
+    for r in result["runs"]:
+        rows.append(
+            f"| {'on' if r['fan_in'] else 'off'} | {r['nodes']:,} | {r['signal']} | "
+            f"**{r['nodes_fenced']}** | {r['sessions_dropped_on_survivors']} | "
+            f"{r['sessions_dropped_on_killed']} | {r['reattaches']} | "
+            f"**{r['dead_verdicts']:.0f}** | {r['ack_p50_after_ms']:.1f} / "
+            f"{r['ack_p99_after_ms']:.1f} | {r['longest_ack_silence_s']:.2f} |"
+        )
+    header = (
+        "| fan-in | nodes | signal | nodes that would self-fence | Sessions dropped on "
+        "survivors | on the killed leader | Reattaches | false DEAD | ack p50 / p99 ms after "
+        "| longest ack silence s |\n|---|---:|---|---:|---:|---:|---:|---:|---|---:|"
+    )
+    table = "\n".join(rows)
+    return f"""## Fan-in: a leader crash under load (`fanin_failover_bench.py`)
+
+Commit `{result["commit"]}` measured {result["date"]} on 2 cores. Three `lazarus
+coordinator` replicas (default timings; with fan-in its profile: fence 5 s, dead
+6 s), simulated agents spread over the replicas by three load generators
+(heartbeat 0.5 s, the agent's Session and fence rules), the leader
+{result["runs"][0]["signal"]}ed after {result["config"]["hold_s"]:.0f} s and watched for
+{result["config"]["after_s"]:.0f} s. Everything shares the 2 cores.
+`.venv/bin/python bench/fanin_failover_bench.py`; raw figures in
+`bench/results/fanin-failover.json`.
+
+{header}
+{table}
+"""
+
+
+async def bench(args: argparse.Namespace) -> dict[str, Any]:
+    runs = []
+    for fan_in in (False, True) if args.compare else (True,):
+        run = await one_run(args, fan_in)
+        print(json.dumps(run), flush=True)
+        runs.append(run)
+    return {
+        "commit": measured_commit(),
+        "date": today(),
+        "config": {"nodes": args.nodes, "hold_s": args.hold_s, "after_s": args.after_s},
+        "runs": runs,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--worker"]:
+        asyncio.run(worker_main(argv[1].split(","), argv[2]))
+        return 0
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--nodes", type=int, default=600, help="simulated nodes (split in 3)")
+    parser.add_argument("--signal", choices=("kill", "term"), default="kill")
+    parser.add_argument("--hold-s", type=float, default=10.0, help="seconds before the kill")
+    parser.add_argument("--after-s", type=float, default=25.0, help="seconds watched after")
+    parser.add_argument(
+        "--no-compare", dest="compare", action="store_false", help="fan-in only (no baseline)"
+    )
+    parser.add_argument("--out", type=Path, default=RESULTS, help="JSON results path")
+    parser.add_argument("--no-readme", action="store_true", help="do not rewrite bench/README.md")
+    args = parser.parse_args(argv)
+    result = asyncio.run(bench(args))
+    write_json(args.out, result)
+    if not args.no_readme:
+        write_section("fanin-failover", readme(result))
+    print(readme(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -414,6 +414,11 @@ async def one_run(args: argparse.Namespace, fan_in: bool) -> dict[str, Any]:
         "attach_s": attach_s,
         "ack_p99_before_ms": _percentile([ms for b in before for _, ms in b["latencies"]], 0.99),
         "nodes_fenced": len({n for a in after for n in a["fenced"]}),
+        # Worker k's nodes began on replica k: those of the killed leader had to redial.
+        "fenced_of_the_killed_leaders_nodes": len(after[leader]["fenced"]),
+        "fenced_of_the_followers_nodes": sum(
+            len(a["fenced"]) for k, a in enumerate(after) if k != leader
+        ),
         "sessions_dropped_on_survivors": len(ends) - on_killed,
         "sessions_dropped_on_killed": on_killed,
         "reattaches": sum(a["reattaches"] for a in after),

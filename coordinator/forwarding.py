@@ -86,8 +86,15 @@ MAX_QUEUED_ENTRIES = 50_000
 LEADERSHIP_CHECK_S = 0.2
 """How often a leader's Forward stream checks that its replica still leads."""
 
-LINK_CONNECT_TIMEOUT_S = 2.0
-"""How long a follower waits for its channel to the leader to be ready."""
+LINK_CONNECT_TIMEOUT_S = 0.5
+"""How long a follower waits for its channel to the leader to be ready (a
+paused leader accepts TCP and never answers; a crashed one refuses, and
+gRPC retries until this passes)."""
+
+FAILED_LEADER_HOLD_OFF_S = 1.0
+"""After a link to leader (address, term) broke, do not dial that leader again
+for this long while the election still shows it (a crashed leader's key
+outlives it by up to the lease TTL)."""
 
 _OK = grpc.StatusCode.OK.value[0]
 
@@ -384,8 +391,10 @@ class _Link:
         observer: ForwardObserver,
         max_outbound: int,
         detached: Callable[[_Held], None],
+        failed: Callable[[_Link], None] | None = None,
     ) -> None:
         self.address = address
+        self._failed = failed
         self.term = term
         self.closed = False
         self._observer = observer
@@ -470,6 +479,8 @@ class _Link:
             return
         self.closed = True
         _log.info("forward link to %s (term %d) ended: %s", self.address, self.term, reason)
+        if self._failed is not None and reason != "closed":
+            self._failed(self)
         sessions, self.sessions = self.sessions, {}
         for held in sessions.values():
             held.link, held.sid = None, ""
@@ -530,6 +541,7 @@ class SessionForwarder:
         self._held: set[_Held] = set()
         self._detached: dict[_Held, None] = {}  # insertion-ordered set
         self._reattacher: asyncio.Task[None] | None = None
+        self._failed: tuple[str, int, float] | None = None
         runtime.on_leader_observed(self._leader_observed)
 
     @property
@@ -546,6 +558,9 @@ class SessionForwarder:
         link = self._link
         if link is not None and not link.closed and (link.term != term or link.address != address):
             link.fail(f"the election shows a new leader, term {term} at {address or '?'}")
+
+    def _link_failed(self, link: _Link) -> None:
+        self._failed = (link.address, link.term, time.monotonic())
 
     def _detach(self, held: _Held) -> None:
         if held in self._held:
@@ -572,6 +587,13 @@ class SessionForwarder:
             own = self._runtime.settings.advertise_address
             if leader is None or not leader.value:
                 return None
+            failed = self._failed
+            if (
+                failed is not None
+                and failed[:2] == (leader.value, leader.term)
+                and time.monotonic() - failed[2] < FAILED_LEADER_HOLD_OFF_S
+            ):
+                return None  # the link to it just broke: wait for the election to move on
             if leader.value == own and not (to_self and self._runtime.leading):
                 return None
             channel = self._channels.get(leader.value)
@@ -590,6 +612,7 @@ class SessionForwarder:
                 self._observer,
                 self._max_outbound,
                 self._detach,
+                self._link_failed,
             )
             self._link = link
             _log.info("forwarding Sessions to the leader at %s (term %d)", link.address, link.term)

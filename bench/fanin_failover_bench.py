@@ -14,7 +14,8 @@ seconds was acked (``f`` from the Welcome, ``lead`` 0.5 s), which pauses its
 tasks.
 
 The run: attach ``--nodes`` nodes, settle, hold ``--hold-s`` seconds, then
-SIGKILL (or ``--signal term``) the leader and watch ``--after-s`` seconds.
+signal a replica (``--faults``: ``kill-leader``, ``term-leader``,
+``kill-follower``) and watch ``--after-s`` seconds.
 Reported, per placement (``--fan-in`` on and off): nodes that would have
 self-fenced, Sessions dropped (streams that ended) on the surviving replicas
 and on the killed one, Reattaches, DEAD and SUSPECT verdicts by the new leader
@@ -24,7 +25,7 @@ the kill, and the time until every node was acked again.
 Results: ``bench/results/fanin-failover.json`` and the "fanin-failover"
 section of ``bench/README.md``. Every process started here is stopped.
 
-Run: ``.venv/bin/python bench/fanin_failover_bench.py [--nodes N] [--signal kill|term]``.
+Run: ``.venv/bin/python bench/fanin_failover_bench.py [--nodes N,N] [--faults F,F]``.
 """
 
 from __future__ import annotations
@@ -55,6 +56,12 @@ from lazarus.v1 import agent_pb2, records_pb2
 from lazarus_dev.devcluster import LocalCluster
 
 RESULTS = RESULTS_DIR / "fanin-failover.json"
+FAULTS = {
+    "kill-leader": ("kill", "leader"),
+    "term-leader": ("term", "leader"),
+    "kill-follower": ("kill", "follower"),
+}
+"""Fault name -> (signal, which replica)."""
 SELF = Path(__file__).resolve()
 SESSION_METHOD = "/lazarus.v1.AgentService/Session"
 CHANNEL_OPTIONS = [("grpc.enable_http_proxy", 0), ("grpc.use_local_subchannel_pool", 1)]
@@ -341,7 +348,9 @@ def _series(url: str, name: str, labels: str = "") -> float:
     return total
 
 
-async def one_run(args: argparse.Namespace, fan_in: bool) -> dict[str, Any]:
+async def one_run(args: argparse.Namespace, fan_in: bool, nodes: int, fault: str) -> dict[str, Any]:
+    """One cluster, ``nodes`` simulated agents, one ``fault`` (``kill-leader``, ...)."""
+    sig, victim = FAULTS[fault]
     with tempfile.TemporaryDirectory(prefix="fanin-failover-") as tmp:
         cluster = LocalCluster(
             Path(tmp),
@@ -361,7 +370,7 @@ async def one_run(args: argparse.Namespace, fan_in: bool) -> dict[str, Any]:
             for k in range(3):
                 rotated = addresses[k:] + addresses[:k]
                 workers.append(await WorkerProcess.spawn(rotated, f"w{k}"))
-            share = args.nodes // 3
+            share = nodes // 3
             started = time.monotonic()
             await asyncio.gather(*(w.ask("add", count=share) for w in workers))
             attach_s = time.monotonic() - started
@@ -369,8 +378,9 @@ async def one_run(args: argparse.Namespace, fan_in: bool) -> dict[str, Any]:
             await asyncio.gather(*(w.ask("take") for w in workers))
             await asyncio.sleep(args.hold_s)
             before = await asyncio.gather(*(w.ask("take") for w in workers))
-            survivors = [i for i in range(3) if i != leader]
-            killed_address = addresses[leader]
+            victim_index = leader if victim == "leader" else (leader + 1) % 3
+            survivors = [i for i in range(3) if i != victim_index]
+            killed_address = addresses[victim_index]
             dead_before = {
                 i: _series(
                     cluster.coordinator_metrics[i], "lazarus_failure_detection_seconds_count"
@@ -378,8 +388,8 @@ async def one_run(args: argparse.Namespace, fan_in: bool) -> dict[str, Any]:
                 for i in survivors
             }
             killed_at = time.time()
-            victim = cluster.coordinators[leader]
-            if args.signal == "kill":
+            victim = cluster.coordinators[victim_index]
+            if sig == "kill":
                 victim.kill()
             else:
                 victim.signal(signal.SIGTERM)
@@ -409,18 +419,18 @@ async def one_run(args: argparse.Namespace, fan_in: bool) -> dict[str, Any]:
         last_gap = max(last_gap, b - a)
     return {
         "fan_in": fan_in,
-        "nodes": args.nodes,
-        "signal": args.signal,
+        "nodes": nodes,
+        "fault": fault,
         "attach_s": attach_s,
         "ack_p99_before_ms": _percentile([ms for b in before for _, ms in b["latencies"]], 0.99),
         "nodes_fenced": len({n for a in after for n in a["fenced"]}),
         # Worker k's nodes began on replica k: those of the killed leader had to redial.
-        "fenced_of_the_killed_leaders_nodes": len(after[leader]["fenced"]),
-        "fenced_of_the_followers_nodes": sum(
-            len(a["fenced"]) for k, a in enumerate(after) if k != leader
+        "fenced_of_the_victims_nodes": len(after[victim_index]["fenced"]),
+        "fenced_of_the_other_nodes": sum(
+            len(a["fenced"]) for k, a in enumerate(after) if k != victim_index
         ),
         "sessions_dropped_on_survivors": len(ends) - on_killed,
-        "sessions_dropped_on_killed": on_killed,
+        "sessions_dropped_on_victim": on_killed,
         "reattaches": sum(a["reattaches"] for a in after),
         "dead_verdicts": dead,
         "suspect_or_dead_at_end": not_alive["suspect"] + not_alive["dead"],
@@ -434,15 +444,16 @@ def readme(result: dict[str, Any]) -> str:
     rows = []
     for r in result["runs"]:
         rows.append(
-            f"| {'on' if r['fan_in'] else 'off'} | {r['nodes']:,} | {r['signal']} | "
+            f"| {'on' if r['fan_in'] else 'off'} | {r['nodes']:,} | "
+            f"{r['fault']} | "
             f"**{r['nodes_fenced']}** | {r['sessions_dropped_on_survivors']} | "
-            f"{r['sessions_dropped_on_killed']} | {r['reattaches']} | "
+            f"{r['sessions_dropped_on_victim']} | {r['reattaches']} | "
             f"**{r['dead_verdicts']:.0f}** | {r['ack_p50_after_ms']:.1f} / "
             f"{r['ack_p99_after_ms']:.1f} | {r['longest_ack_silence_s']:.2f} |"
         )
     header = (
-        "| fan-in | nodes | signal | nodes that would self-fence | Sessions dropped on "
-        "survivors | on the killed leader | Reattaches | false DEAD | ack p50 / p99 ms after "
+        "| fan-in | nodes | fault | nodes that would self-fence | Sessions dropped on "
+        "survivors | on the victim | Reattaches | false DEAD | ack p50 / p99 ms after "
         "| longest ack silence s |\n|---|---:|---|---:|---:|---:|---:|---:|---|---:|"
     )
     table = "\n".join(rows)
@@ -451,9 +462,9 @@ def readme(result: dict[str, Any]) -> str:
 Commit `{result["commit"]}` measured {result["date"]} on 2 cores. Three `lazarus
 coordinator` replicas (default timings; with fan-in its profile: fence 5 s, dead
 6 s), simulated agents spread over the replicas by three load generators
-(heartbeat 0.5 s, the agent's Session and fence rules), the leader
-{result["runs"][0]["signal"]}ed after {result["config"]["hold_s"]:.0f} s and watched for
-{result["config"]["after_s"]:.0f} s. Everything shares the 2 cores.
+(heartbeat 0.5 s, the agent's Session and fence rules), a replica signalled
+after {result["config"]["hold_s"]:.0f} s and watched for {result["config"]["after_s"]:.0f} s.
+Everything shares the 2 cores; every node stays alive, so any DEAD verdict is false.
 `.venv/bin/python bench/fanin_failover_bench.py`; raw figures in
 `bench/results/fanin-failover.json`.
 
@@ -464,10 +475,14 @@ coordinator` replicas (default timings; with fan-in its profile: fence 5 s, dead
 
 async def bench(args: argparse.Namespace) -> dict[str, Any]:
     runs = []
-    for fan_in in (False, True) if args.compare else (True,):
-        run = await one_run(args, fan_in)
-        print(json.dumps(run), flush=True)
-        runs.append(run)
+    for nodes in args.nodes:
+        for fault in args.faults:
+            # Fan-in off is the baseline of the leader crash only (followers hold nothing).
+            modes = (False, True) if args.compare and fault == "kill-leader" else (True,)
+            for fan_in in modes:
+                run = await one_run(args, fan_in, nodes, fault)
+                print(json.dumps(run), flush=True)
+                runs.append(run)
     return {
         "commit": measured_commit(),
         "date": today(),
@@ -482,8 +497,18 @@ def main(argv: list[str] | None = None) -> int:
         asyncio.run(worker_main(argv[1].split(","), argv[2]))
         return 0
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--nodes", type=int, default=600, help="simulated nodes (split in 3)")
-    parser.add_argument("--signal", choices=("kill", "term"), default="kill")
+    parser.add_argument(
+        "--nodes",
+        type=lambda v: [int(x) for x in v.split(",")],
+        default=[600],
+        help="simulated nodes per run, comma-separated (each split over 3 generators)",
+    )
+    parser.add_argument(
+        "--faults",
+        type=lambda v: v.split(","),
+        default=["kill-leader"],
+        help=f"comma-separated, of {', '.join(FAULTS)}",
+    )
     parser.add_argument("--hold-s", type=float, default=10.0, help="seconds before the kill")
     parser.add_argument("--after-s", type=float, default=25.0, help="seconds watched after")
     parser.add_argument(

@@ -31,10 +31,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import signal
 import statistics
 import sys
 import tempfile
 import time
+import types
 import uuid
 from pathlib import Path
 from typing import Any
@@ -211,6 +213,10 @@ stepped as one event), which are not built yet.
 """
 
 
+def _sigterm_as_interrupt(signum: int, frame: types.FrameType | None) -> None:
+    raise KeyboardInterrupt(f"received signal {signum}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--nodes", type=int, default=600, help="simulated nodes per round")
@@ -218,7 +224,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hold-s", type=float, default=15.0, help="seconds measured per round")
     parser.add_argument("--out", type=Path, default=RESULTS, help="JSON results path")
     parser.add_argument("--no-readme", action="store_true", help="do not rewrite bench/README.md")
+    parser.add_argument(
+        "--quick", action="store_true", help="40 nodes, 1 round of 3 s, no README (a smoke run)"
+    )
     args = parser.parse_args(argv)
+    if args.quick:
+        args.nodes, args.rounds, args.hold_s, args.no_readme = 40, 1, 3.0, True
+    signal.signal(signal.SIGTERM, _sigterm_as_interrupt)  # stop the cluster on SIGTERM too
     result = asyncio.run(bench(args))
     write_json(args.out, result)
     if not args.no_readme:

@@ -35,12 +35,12 @@ import asyncio
 import contextlib
 import itertools
 import json
-import os
 import random
 import signal
 import sys
 import tempfile
 import time
+import types
 import urllib.request
 import uuid
 from pathlib import Path
@@ -51,6 +51,7 @@ import grpc.aio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _report import RESULTS_DIR, measured_commit, today, write_json, write_section
+from heartbeat_bench import WorkerProcess
 
 from lazarus.v1 import agent_pb2, records_pb2
 from lazarus_dev.devcluster import LocalCluster
@@ -294,44 +295,6 @@ async def worker_main(addresses: list[str], prefix: str) -> None:
         reply({"ok": True, "stopped": True})
 
 
-class WorkerProcess:
-    def __init__(self, process: asyncio.subprocess.Process) -> None:
-        self.process = process
-
-    @classmethod
-    async def spawn(cls, addresses: list[str], prefix: str) -> WorkerProcess:
-        process = await asyncio.create_subprocess_exec(
-            sys.executable,
-            str(SELF),
-            "--worker",
-            ",".join(addresses),
-            prefix,
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            limit=1 << 28,
-        )
-        return cls(process)
-
-    async def ask(self, op: str, timeout_s: float = 180.0, **kw: Any) -> dict[str, Any]:
-        assert self.process.stdin is not None
-        assert self.process.stdout is not None
-        self.process.stdin.write((json.dumps({"op": op, **kw}) + "\n").encode())
-        await self.process.stdin.drain()
-        async with asyncio.timeout(timeout_s):
-            line = await self.process.stdout.readline()
-        if not line:
-            raise RuntimeError(f"worker {self.process.pid} ended (exit {self.process.returncode})")
-        return json.loads(line)  # type: ignore[no-any-return]
-
-    async def stop(self) -> None:
-        with contextlib.suppress(Exception):
-            await self.ask("stop", timeout_s=30.0)
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(self.process.pid, signal.SIGKILL)
-        with contextlib.suppress(Exception):
-            await self.process.wait()
-
-
 # ---------------------------------------------------------------- orchestration
 
 
@@ -369,7 +332,9 @@ async def one_run(args: argparse.Namespace, fan_in: bool, nodes: int, fault: str
             addresses = cluster.coordinator_addresses
             for k in range(3):
                 rotated = addresses[k:] + addresses[:k]
-                workers.append(await WorkerProcess.spawn(rotated, f"w{k}"))
+                workers.append(
+                    await WorkerProcess.spawn_script(SELF, "--worker", ",".join(rotated), f"w{k}")
+                )
             share = nodes // 3
             started = time.monotonic()
             await asyncio.gather(*(w.ask("add", count=share) for w in workers))
@@ -491,6 +456,10 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def _sigterm_as_interrupt(signum: int, frame: types.FrameType | None) -> None:
+    raise KeyboardInterrupt(f"received signal {signum}")
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--worker"]:
@@ -516,7 +485,16 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--out", type=Path, default=RESULTS, help="JSON results path")
     parser.add_argument("--no-readme", action="store_true", help="do not rewrite bench/README.md")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="30 nodes, kill-leader off and on, 3 s + 10 s, no README (a smoke run)",
+    )
     args = parser.parse_args(argv)
+    if args.quick:
+        args.nodes, args.faults, args.compare = [30], ["kill-leader"], True
+        args.hold_s, args.after_s, args.no_readme = 3.0, 10.0, True
+    signal.signal(signal.SIGTERM, _sigterm_as_interrupt)  # stop the cluster on SIGTERM too
     result = asyncio.run(bench(args))
     write_json(args.out, result)
     if not args.no_readme:

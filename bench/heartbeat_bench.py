@@ -356,7 +356,7 @@ async def worker_main(address: str, prefix: str, tls: list[str]) -> None:
 
 
 class WorkerProcess:
-    """Handle on one ``--worker`` subprocess."""
+    """Handle on one load generator subprocess: a JSON command line in, a JSON reply line out."""
 
     def __init__(self, process: asyncio.subprocess.Process) -> None:
         self.process = process
@@ -365,14 +365,17 @@ class WorkerProcess:
     async def spawn(
         cls, address: str, prefix: str, certs: DevCertificates | None = None
     ) -> WorkerProcess:
+        """This script's ``--worker``: simulated nodes of one leader at ``address``."""
         tls = [str(certs.directory), certs.cluster] if certs is not None else []
+        return await cls.spawn_script(SELF, "--worker", address, prefix, *tls)
+
+    @classmethod
+    async def spawn_script(cls, script: Path, *args: str) -> WorkerProcess:
+        """``python <script> <args>`` speaking this protocol (other benches' workers)."""
         process = await asyncio.create_subprocess_exec(
             sys.executable,
-            str(SELF),
-            "--worker",
-            address,
-            prefix,
-            *tls,
+            str(script),
+            *args,
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             limit=1 << 28,

@@ -16,17 +16,16 @@ import re
 import time
 import urllib.request
 import uuid
-from collections.abc import AsyncIterator, Callable
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 from lazarus.v1 import records_pb2
 from lazarus_dev.devcluster import LocalCluster
+from tests.integration import test_identity
 from tests.integration.test_identity import (
     APP,
-    REPO,
     _side_effects,
     _submit,
     _wait_done,
@@ -36,27 +35,8 @@ from tests.integration.test_identity import (
 pytestmark = pytest.mark.integration
 
 MakeCluster = Callable[..., LocalCluster]
-
-
-@pytest.fixture
-async def make_cluster(tmp_path: Path) -> AsyncIterator[MakeCluster]:
-    clusters: list[LocalCluster] = []
-
-    def make(**kwargs: Any) -> LocalCluster:
-        cluster = LocalCluster(
-            tmp_path / f"run{len(clusters)}",
-            cluster=f"fi-{uuid.uuid4().hex[:8]}",
-            etcd_members=1,
-            env={"PYTHONPATH": str(REPO)},
-            **kwargs,
-        )
-        clusters.append(cluster)
-        cluster.start()
-        return cluster
-
-    yield make
-    for cluster in clusters:
-        await asyncio.to_thread(cluster.stop)
+make_cluster = test_identity.make_cluster
+"""The identity tests' fixture: clusters with the test apps on PYTHONPATH, stopped after."""
 
 
 def _series(url: str, name: str, labels: str = "") -> float:

@@ -1,4 +1,4 @@
-"""The fan-in benchmark runs end to end (small) and writes complete results.
+"""The fan-in benchmark runs end to end (``--quick``) and writes complete results.
 
 Timings are not asserted (benchmarks measure, tests check behaviour). What is
 checked: both placements were measured, every simulated node's heartbeats were
@@ -10,29 +10,17 @@ coordinator processes and stops them.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "fanin_bench.py"
-SMALL = [sys.executable, str(BENCH), "--nodes", "40", "--rounds", "1", "--hold-s", "3"]
+from tests.integration.bench_support import run_quick
 
 
-@pytest.mark.timeout(180)
-def test_small_fan_in_benchmark_measures_both_placements(tmp_path: Path) -> None:
+@pytest.mark.timeout(200)
+def test_quick_fan_in_benchmark_measures_both_placements(tmp_path: Path) -> None:
     out = tmp_path / "fanin.json"
-    readme = BENCH.parent / "README.md"
-    before = readme.read_text()
-    proc = subprocess.run(
-        [*SMALL, "--out", str(out), "--no-readme"],
-        capture_output=True,
-        text=True,
-        timeout=170,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    run_quick("fanin_bench.py", out, bound_s=170)
     result = json.loads(out.read_text())
     assert result["machine"]["cpus"] > 0
     assert {r["placement"] for r in result["rounds"]} == {"leader", "followers"}
@@ -46,4 +34,3 @@ def test_small_fan_in_benchmark_measures_both_placements(tmp_path: Path) -> None
     followers = result["summary"]["followers"]
     assert followers["follower_cpu_us_per_heartbeat"] > 0
     assert result["leader_cpu_ratio"] > 0
-    assert readme.read_text() == before

@@ -1,4 +1,4 @@
-"""The fan-in failover benchmark runs end to end (small) and writes complete results.
+"""The fan-in failover benchmark runs end to end (``--quick``) and writes complete results.
 
 Timings are not asserted (benchmarks measure, tests check behaviour). What is
 checked, from the simulated agents' side: with fan-in off every node was on
@@ -10,29 +10,17 @@ own etcd, Redis and coordinators and stops them.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "fanin_failover_bench.py"
-SMALL = [sys.executable, str(BENCH), "--nodes", "30", "--hold-s", "3", "--after-s", "10"]
+from tests.integration.bench_support import run_quick
 
 
-@pytest.mark.timeout(300)
-def test_small_leader_crash_keeps_the_followers_sessions(tmp_path: Path) -> None:
+@pytest.mark.timeout(320)
+def test_quick_leader_crash_keeps_the_followers_sessions(tmp_path: Path) -> None:
     out = tmp_path / "fanin-failover.json"
-    readme = BENCH.parent / "README.md"
-    before = readme.read_text()
-    proc = subprocess.run(
-        [*SMALL, "--out", str(out), "--no-readme"],
-        capture_output=True,
-        text=True,
-        timeout=290,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    run_quick("fanin_failover_bench.py", out, bound_s=280)
     result = json.loads(out.read_text())
     off, on = result["runs"]
     assert (off["fan_in"], on["fan_in"]) == (False, True)
@@ -44,4 +32,3 @@ def test_small_leader_crash_keeps_the_followers_sessions(tmp_path: Path) -> None
     assert on["sessions_dropped_on_survivors"] == 0
     assert on["reattaches"] == 20
     assert on["dead_verdicts"] == 0
-    assert readme.read_text() == before

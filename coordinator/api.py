@@ -799,6 +799,9 @@ class CoordinatorApi:
                         phi=view.phi,
                         load=convert.node_load_to_pb(view.load),
                         assigned_tasks=view.assigned_tasks,
+                        session_replica=(
+                            self._runtime.session_replica(view.session_id) if view.connected else ""
+                        ),
                     )
                 )
             infos.append(info)

@@ -98,6 +98,9 @@ outlives it by up to the lease TTL)."""
 
 _OK = grpc.StatusCode.OK.value[0]
 
+MEMBER_ID_METADATA = "lazarus-member-id"
+"""Call metadata of a Forward stream: the follower's member id (``lazarus nodes`` shows it)."""
+
 
 class ForwardObserver(Protocol):
     """What the forwarding shell reports, for metrics (``coordinator.metrics.Metrics``)."""
@@ -162,11 +165,17 @@ class _ForwardedContext:
     """
 
     def __init__(
-        self, session_id: str, out: asyncio.Queue[replica_pb2.ForwardEntry], peer: str
+        self,
+        session_id: str,
+        out: asyncio.Queue[replica_pb2.ForwardEntry],
+        peer: str,
+        held_by: str,
     ) -> None:
         self._sid = session_id
         self._out = out
         self._peer = peer
+        self.held_by = held_by
+        """Member id of the follower holding the Session (``lazarus nodes`` shows it)."""
         self.ended = False
         self.forwarded = True
         """The Session servicer skips the leader's admission: the follower admitted it."""
@@ -244,9 +253,11 @@ class ForwardService:
                 grpc.StatusCode.UNAVAILABLE, "not the leader; forward to the current leader"
             )
         peer = context.peer()
+        metadata = dict(context.invocation_metadata() or ())
+        member = str(metadata.get(MEMBER_ID_METADATA, "")) or peer
         out: asyncio.Queue[replica_pb2.ForwardEntry] = asyncio.Queue()
         sessions: Held = {}
-        reader = asyncio.create_task(self._read(requests, sessions, out, peer))
+        reader = asyncio.create_task(self._read(requests, sessions, out, peer, member))
         # One pending get, kept across rounds: cancelling it could drop an entry.
         get: asyncio.Future[replica_pb2.ForwardEntry] = asyncio.ensure_future(out.get())
         problem: tuple[grpc.StatusCode, str] | None = None
@@ -298,6 +309,7 @@ class ForwardService:
         sessions: Held,
         out: asyncio.Queue[replica_pb2.ForwardEntry],
         peer: str,
+        member: str,
     ) -> None:
         try:
             async for batch in requests:
@@ -310,7 +322,7 @@ class ForwardService:
                     if held is None:
                         if which == "end":
                             continue  # a Session that ended before the leader saw it
-                        held = self._open(entry.session_id, sessions, out, peer)
+                        held = self._open(entry.session_id, sessions, out, peer, member)
                     held[0].put_nowait(entry.message if which == "message" else entry.end)
         finally:
             # The follower's side is over: every Session it carried ends.
@@ -327,9 +339,10 @@ class ForwardService:
         sessions: Held,
         out: asyncio.Queue[replica_pb2.ForwardEntry],
         peer: str,
+        member: str,
     ) -> tuple[Inbox, asyncio.Task[None]]:
         inbox: Inbox = asyncio.Queue()
-        context = _ForwardedContext(sid, out, f"{peer} (forwarded)")
+        context = _ForwardedContext(sid, out, f"{peer} (forwarded)", member)
 
         async def run() -> None:
             self._observer.forwarded_sessions("leader", 1)
@@ -392,6 +405,7 @@ class _Link:
         max_outbound: int,
         detached: Callable[[_Held], None],
         failed: Callable[[_Link], None] | None = None,
+        member_id: str = "",
     ) -> None:
         self.address = address
         self._failed = failed
@@ -408,7 +422,7 @@ class _Link:
             request_serializer=replica_pb2.ForwardBatch.SerializeToString,
             response_deserializer=replica_pb2.ForwardBatch.FromString,
         )
-        self._call = call(self._requests())
+        self._call = call(self._requests(), metadata=((MEMBER_ID_METADATA, member_id),))
         self._reader = asyncio.create_task(self._read(), name=f"forward-link-{address}")
 
     async def _requests(self) -> AsyncIterator[replica_pb2.ForwardBatch]:
@@ -613,6 +627,7 @@ class SessionForwarder:
                 self._max_outbound,
                 self._detach,
                 self._link_failed,
+                self._runtime.settings.member_id,
             )
             self._link = link
             _log.info("forwarding Sessions to the leader at %s (term %d)", link.address, link.term)

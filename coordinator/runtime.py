@@ -261,6 +261,8 @@ class Channel:
         self.writer: asyncio.Task[Any] | None = None
         """The task writing this stream (cancelled when it is stuck on a full stream)."""
         self.writing = False
+        self.held_by = ""
+        """Member id of the follower that holds and forwards this Session ("": this replica)."""
 
     def put(self, message: agent_pb2.CoordinatorMessage) -> None:
         """Queue a message for the stream (dropped once the stream is closing).
@@ -876,6 +878,13 @@ class CoordinatorRuntime:
         if delay_s > 0:
             return grpc.StatusCode.UNAVAILABLE, delay_s
         return None
+
+    def session_replica(self, session_id: str) -> str:
+        """Member id of the replica holding Session ``session_id`` ("" when it is not open)."""
+        channel = self._channels.get(session_id)
+        if channel is None:
+            return ""
+        return channel.held_by or self.settings.member_id
 
     def release_channel(self, channel: Channel) -> None:
         """The stream is over: forget it (the servicer feeds SessionClosed first)."""

@@ -146,6 +146,7 @@ class AgentSessionService:
             await self._defer(request_iterator, context, *refused)
             return
         channel = runtime.open_channel()
+        channel.held_by = getattr(context, "held_by", "")
         channel.writer = asyncio.current_task()
         reader = asyncio.create_task(self._read(request_iterator, channel))
         try:

@@ -317,8 +317,10 @@ def nodes(
 ) -> None:
     """List node agents: state, cordon, Session, tasks, load, last heartbeat.
 
-    Liveness (connected, heartbeat, load) is known only to the leader: a
-    follower answers with the stored records. --json prints
+    Liveness (connected, the replica holding the Session, heartbeat, load) is
+    known only to the leader: a follower answers with the stored records. With
+    fan-in the session column names the follower that holds and forwards the
+    node's Session. --json prints
     {"nodes": [NodeInfo, ...]} (each with "record" and, from the leader,
     "liveness").
 
@@ -356,7 +358,13 @@ def nodes(
             record.node_id,
             _styled(_node_state(record.state)),
             "[magenta]yes[/]" if record.cordoned else "no",
-            ("open" if live.connected else "[red]closed[/]") if has else "—",
+            (
+                (f"open via {live.session_replica}" if live.session_replica else "open")
+                if live.connected
+                else "[red]closed[/]"
+            )
+            if has
+            else "—",
             str(live.assigned_tasks) if has else "—",
             f"{live.load.used_slots}/{record.capacity.slots}"
             if has

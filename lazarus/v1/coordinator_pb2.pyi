@@ -108,20 +108,22 @@ class ListNodesRequest(_message.Message):
     def __init__(self, states: _Optional[_Iterable[_Union[_records_pb2.NodeState, str]]] = ..., labels: _Optional[_Mapping[str, str]] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
 
 class NodeLiveness(_message.Message):
-    __slots__ = ("connected", "last_heartbeat_at_unix_ms", "heartbeat_interarrival_ms", "phi", "load", "assigned_tasks")
+    __slots__ = ("connected", "last_heartbeat_at_unix_ms", "heartbeat_interarrival_ms", "phi", "load", "assigned_tasks", "session_replica")
     CONNECTED_FIELD_NUMBER: _ClassVar[int]
     LAST_HEARTBEAT_AT_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_INTERARRIVAL_MS_FIELD_NUMBER: _ClassVar[int]
     PHI_FIELD_NUMBER: _ClassVar[int]
     LOAD_FIELD_NUMBER: _ClassVar[int]
     ASSIGNED_TASKS_FIELD_NUMBER: _ClassVar[int]
+    SESSION_REPLICA_FIELD_NUMBER: _ClassVar[int]
     connected: bool
     last_heartbeat_at_unix_ms: int
     heartbeat_interarrival_ms: float
     phi: float
     load: _records_pb2.NodeLoad
     assigned_tasks: int
-    def __init__(self, connected: _Optional[bool] = ..., last_heartbeat_at_unix_ms: _Optional[int] = ..., heartbeat_interarrival_ms: _Optional[float] = ..., phi: _Optional[float] = ..., load: _Optional[_Union[_records_pb2.NodeLoad, _Mapping]] = ..., assigned_tasks: _Optional[int] = ...) -> None: ...
+    session_replica: str
+    def __init__(self, connected: _Optional[bool] = ..., last_heartbeat_at_unix_ms: _Optional[int] = ..., heartbeat_interarrival_ms: _Optional[float] = ..., phi: _Optional[float] = ..., load: _Optional[_Union[_records_pb2.NodeLoad, _Mapping]] = ..., assigned_tasks: _Optional[int] = ..., session_replica: _Optional[str] = ...) -> None: ...
 
 class NodeInfo(_message.Message):
     __slots__ = ("record", "liveness")

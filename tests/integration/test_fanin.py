@@ -20,17 +20,17 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-
-from lazarus.v1 import records_pb2
-from lazarus_dev.devcluster import LocalCluster
-from tests.integration import test_identity
-from tests.integration.test_identity import (
+import test_identity
+from test_identity import (
     APP,
     _side_effects,
     _submit,
     _wait_done,
     check_one_owner,
 )
+
+from lazarus.v1 import coordinator_pb2, coordinator_pb2_grpc, records_pb2
+from lazarus_dev.devcluster import LocalCluster
 
 pytestmark = pytest.mark.integration
 
@@ -99,6 +99,12 @@ async def test_agents_on_followers_run_their_tasks_through_the_leader_once(
         # Heartbeats went through the follower and their acks came back through it.
         assert _series(metrics[i], "lazarus_forward_ack_seconds_count") > 0
         assert _series(metrics[i], "lazarus_forward_batches_total", 'direction="sent"') > 0
+    # The leader's ListNodes names the replica holding each node's Session.
+    async with cluster.channel(leader) as channel:
+        stub = coordinator_pb2_grpc.CoordinatorServiceStub(channel)  # type: ignore[no-untyped-call]
+        reply = await stub.ListNodes(coordinator_pb2.ListNodesRequest(), timeout=10)
+    held = {info.record.node_id: info.liveness.session_replica for info in reply.nodes}
+    assert held == {f"agent-{k}": f"coordinator-{i}" for k, i in enumerate(followers)}, held
     for agent, i in zip(cluster.agents, followers, strict=True):
         # Never redirected to the leader: every Session it opened was with its follower.
         opened = re.findall(r"session open with (\S+)", agent.log_path.read_text(errors="replace"))
@@ -169,3 +175,45 @@ async def test_the_leader_sigkilled_under_forwarded_sessions_drops_none_and_paus
 def _ts(line: str) -> float:
     match = re.search(r'"ts": ([0-9.]+)', line)
     return float(match.group(1)) if match else 0.0
+
+
+async def test_a_follower_sigkilled_sends_its_agent_to_another_replica_with_no_dead_verdict(
+    make_cluster: MakeCluster,
+) -> None:
+    cluster = make_cluster(
+        coordinators=3,
+        agents=0,
+        coordinator_args=["--fan-in"],
+        agent_args=["--app", APP, "--slots", "4"],
+    )
+    await cluster.ready(40)
+    leader, _ = await cluster.leader()
+    victim = (leader + 1) % 3
+    other = 3 - leader - victim
+    addresses = cluster.coordinator_addresses
+    # The agent dials the victim first, then the other follower, then the leader.
+    agent = cluster.add_agent(
+        "--coordinators", ",".join([addresses[victim], addresses[other], addresses[leader]])
+    )
+    await cluster.ready(40)
+    key = f"effects-{uuid.uuid4().hex[:6]}"
+    ids = await _submit(cluster, 4, steps=40, step_ms=100, key=key)
+    await asyncio.sleep(1.5)
+    killed_at = time.time()
+    cluster.coordinators[victim].kill()
+    tasks = await _wait_done(cluster, ids, timeout_s=120)
+    assert all(t.state == records_pb2.TASK_STATE_COMPLETED for t in tasks.values())
+    log = _side_effects(cluster, key)
+    figures = check_one_owner(log, ids)
+    # Nothing moved: the node was never judged DEAD, its tasks stayed at epoch 1...
+    assert all(epochs == [1] for epochs in figures["epochs"].values()), figures
+    gap, task = _longest_step_gap(log)
+    assert gap < 0.1 + 1.0, f"{task} stood still {gap:.2f} s"
+    lines = agent.log_path.read_text(errors="replace").splitlines()
+    after = "\n".join(line for line in lines if _ts(line) > killed_at)
+    # ...and the agent went on through the next replica of its list.
+    assert f"session open with {addresses[other]}" in after, agent.log_tail(30)
+    assert "self-fence" not in after
+    metrics = cluster.coordinator_metrics
+    assert _series(metrics[other], "lazarus_forwarded_sessions", 'side="follower"') == 1
+    assert _series(metrics[leader], "lazarus_failure_detection_seconds_count") == 0

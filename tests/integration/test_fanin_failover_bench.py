@@ -13,8 +13,7 @@ import json
 from pathlib import Path
 
 import pytest
-
-from tests.integration.bench_support import run_quick
+from bench_support import run_quick
 
 
 @pytest.mark.timeout(320)

@@ -119,7 +119,10 @@ class FakeClient:
         leader_view = C.NodeInfo(
             record=_node("agent-1"),
             liveness=C.NodeLiveness(
-                connected=True, assigned_tasks=2, load=R.NodeLoad(used_slots=2)
+                connected=True,
+                assigned_tasks=2,
+                load=R.NodeLoad(used_slots=2),
+                session_replica="coordinator-2",
             ),
         )
         return [leader_view, C.NodeInfo(record=_node("agent-2", R.NODE_STATE_DRAINING))]
@@ -260,7 +263,7 @@ def test_nodes_table_json_and_state_filter(fake: FakeClient) -> None:
     assert fake.calls[-1] == ("nodes", (), {"states": [R.NODE_STATE_ALIVE, R.NODE_STATE_DRAINING]})
     assert "agent-1" in result.output
     assert "DRAINING" in result.output
-    assert "open" in result.output
+    assert "open via coordinator-2" in result.output  # the replica holding its Session
     assert "2/8" in result.output
     doc = _json(run("nodes", "--json").output)
     assert [n["record"]["node_id"] for n in doc["nodes"]] == ["agent-1", "agent-2"]

@@ -145,6 +145,13 @@ class FleetConfig:
             two etcd writes of one step (nodes, then tasks: separate
             transactions), the first committed, the rest dropped, as
             ``runtime._run_locked`` drops them after a failed persist.
+        fan_in: with ``failovers``, about half of a deposed leader's Sessions
+            were held by a follower (``coordinator/forwarding.py``): the
+            agent's stream stays open, what it sends is dropped until, 0.05 to
+            1.5 s later (one time in five 1.5 to 8 s: a follower cut off from
+            the leaders), the follower carries it to the next leader with a
+            ``Reattach``; the agent's new Hello reaches that leader on the same
+            stream. No leader reachable then: the follower ends the stream.
         agent_tick_s: the agent shell's tick period (its own clock).
         step_s: a task handler's step (one checkpoint) takes this long.
         fence_lead_s: ``AgentCore(fence_lead_s=...)``.
@@ -167,6 +174,7 @@ class FleetConfig:
     identity_faults: bool = True
     stalls: bool = True
     partial_writes: bool = True
+    fan_in: bool = True
     agent_tick_s: float = 0.2
     step_s: float = 0.3
     fence_lead_s: float = 0.5
@@ -197,6 +205,7 @@ class FleetReport:
     identity_refusals: int = 0
     partial_writes: int = 0  # steps whose first etcd write committed and the rest never did
     takeovers: int = 0  # a new incarnation replaced a previous one (store proof or holder DEAD)
+    reattaches: int = 0  # Sessions a follower carried to the next leader (fan-in)
 
 
 # ---------------------------------------------------------------------------
@@ -934,6 +943,42 @@ class FleetSimulation:
             self._at(self.now + agent_delay, lambda: self._agent_stream_ended(stream))
         self._at(self.now + leader_delay, lambda: self._leader_stream_ended(stream))
 
+    def _hold_for_reattach(self, stream: _Stream) -> None:
+        """Fan-in: a follower held this Session; it detaches it, then carries it to the next leader.
+
+        ``SessionForwarder``: the agent's stream stays open and what the agent
+        sends meanwhile is dropped; once a leader answers, the agent gets a
+        ``Reattach`` and its next Hello opens a Session there on the same
+        stream. An agent that closed the Session itself (a self-fence) or died
+        is not reattached; with no leader to reach the stream is ended.
+        """
+        stream.broken = True  # the old leader's side is gone; nothing crosses it any more
+        proc = stream.proc
+
+        def reattach() -> None:
+            if not proc.alive or proc.stream is not stream:
+                return
+            leader = self.leaders[-1]
+            if not leader.alive or leader.lost or self._partitioned(proc.node_id):
+                self._agent_stream_ended(stream)
+                return
+            self._sids += 1
+            carried = _Stream(f"s{self._sids}", proc, leader)
+            carried.up_at = carried.down_at = self.now
+            leader.streams[carried.sid] = carried
+            proc.stream = carried
+            self.report.reattaches += 1
+            message = agent_records.Reattach(term=leader.term)
+            self._agent_exec(
+                proc, proc.core.on_message(message, self._local(proc), self._wall_ms(proc))
+            )
+
+        # Mostly as soon as the next leader answers; sometimes much later (a
+        # follower cut off from the leaders for a while), past the agent's fence.
+        late = self.rng.random() < 0.2
+        delay = self.rng.uniform(1.5, 8.0) if late else self.rng.uniform(0.05, 1.5)
+        self._proc_at(proc, self.now + delay, reattach)
+
     def _depose(self, leader: _Leader) -> None:
         """The leader loses its lease: a new one is elected; it runs on a little, then stops."""
         if leader is not self.leaders[-1]:
@@ -944,7 +989,10 @@ class FleetSimulation:
         def stop() -> None:
             leader.alive = False
             for stream in list(leader.streams.values()):
-                self._break(stream, agent_delay=self.rng.uniform(0.001, 0.5), leader_delay=0.0)
+                if self.config.fan_in and self.rng.random() < 0.5:
+                    self._hold_for_reattach(stream)
+                else:
+                    self._break(stream, agent_delay=self.rng.uniform(0.001, 0.5), leader_delay=0.0)
             leader.streams.clear()
 
         self._at(self.now + run_on, stop)

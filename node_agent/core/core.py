@@ -702,11 +702,10 @@ class AgentCore:
         The session with the old leader is over, as if the stream had ended
         (``on_session_closed``): tasks run on until the fence deadline, which
         only a Welcome (or an ack after it) moves; directives are ignored
-        until then. Before any Welcome the first Hello is still in flight and
-        nothing is sent.
+        until then. Before any Welcome too: the first Hello went to the old
+        leader, which never answered, and the replica waits for a new one
+        (found by the fleet simulator: without it the agent waited forever).
         """
-        if self._session is SessionState.IDLE:
-            return []
         self._lapse()
         self._updates.clear()
         return [Notice("reattach", {"term": msg.term}), Send(self.hello(now, wall_ms))]

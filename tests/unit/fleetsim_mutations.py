@@ -124,6 +124,17 @@ def _resume_before_welcome(mp: pytest.MonkeyPatch) -> None:
     mp.setattr(AgentCore, "restore", restore)
 
 
+def _ignore_reattach_before_welcome(mp: pytest.MonkeyPatch) -> None:
+    original = AgentCore._on_reattach
+
+    def reattach(self: AgentCore, msg: Any, now: float, wall_ms: int) -> list[Any]:
+        if self._session is SessionState.IDLE:
+            return []  # "the first Hello is still in flight" (it went to a dead leader)
+        return original(self, msg, now, wall_ms)
+
+    mp.setattr(AgentCore, "_on_reattach", reattach)
+
+
 def _late_fence_lead(config: FleetConfig) -> FleetConfig:
     return replace(config, fence_lead_s=-1.2)  # pause after the deadline, not before it
 
@@ -238,6 +249,11 @@ MUTATIONS: list[Mutation] = [
     ),
     Mutation("agent stops fence timing when its Session closes", "agent", _disarm_on_session_close),
     Mutation("agent resumes held tasks before a Welcome", "agent", _resume_before_welcome),
+    Mutation(
+        "agent ignores a Reattach before its first Welcome",
+        "agent",
+        _ignore_reattach_before_welcome,
+    ),
     Mutation("agent pauses after the fence deadline", "agent", _nothing, config=_late_fence_lead),
     Mutation("coordinator admits a live duplicate", "coordinator", _admit_live_duplicate),
     Mutation("coordinator takes any store id as proof", "coordinator", _store_proof_unchecked),

@@ -571,13 +571,18 @@ class FleetSimulation:
         if leader is None or not leader.alive or self._partitioned(proc.node_id):
             self._reconnect_soon(proc)
             return
+        self._open_stream(proc, leader)
+        hello = proc.core.hello(self._local(proc), self._wall_ms(proc))
+        self._send_up(proc, agent_convert.hello_to_pb(hello, proc.hello))
+
+    def _open_stream(self, proc: _Proc, leader: _Leader) -> _Stream:
+        """A new Session stream of ``proc`` to ``leader``, now the process's current one."""
         self._sids += 1
         stream = _Stream(f"s{self._sids}", proc, leader)
         stream.up_at = stream.down_at = self.now
         leader.streams[stream.sid] = stream
         proc.stream = stream
-        hello = proc.core.hello(self._local(proc), self._wall_ms(proc))
-        self._send_up(proc, agent_convert.hello_to_pb(hello, proc.hello))
+        return stream
 
     def _send_up(self, proc: _Proc, message: agent_pb2.AgentMessage) -> None:
         stream = proc.stream
@@ -962,11 +967,7 @@ class FleetSimulation:
             if not leader.alive or leader.lost or self._partitioned(proc.node_id):
                 self._agent_stream_ended(stream)
                 return
-            self._sids += 1
-            carried = _Stream(f"s{self._sids}", proc, leader)
-            carried.up_at = carried.down_at = self.now
-            leader.streams[carried.sid] = carried
-            proc.stream = carried
+            self._open_stream(proc, leader)
             self.report.reattaches += 1
             message = agent_records.Reattach(term=leader.term)
             self._agent_exec(

@@ -61,8 +61,8 @@ async def _until(check: Callable[[], bool], timeout_s: float, what: str) -> None
         await asyncio.sleep(0.2)
 
 
-async def _fan_in_cluster(make_cluster: MakeCluster) -> tuple[LocalCluster, int, list[int]]:
-    """Three replicas with fan-in and one agent per follower, dialling only that follower."""
+async def _replicas(make_cluster: MakeCluster) -> tuple[LocalCluster, int]:
+    """Three replicas with fan-in, no agent yet; and the leader's index."""
     cluster = make_cluster(
         coordinators=3,
         agents=0,
@@ -71,6 +71,12 @@ async def _fan_in_cluster(make_cluster: MakeCluster) -> tuple[LocalCluster, int,
     )
     await cluster.ready(40)
     leader, _ = await cluster.leader()
+    return cluster, leader
+
+
+async def _fan_in_cluster(make_cluster: MakeCluster) -> tuple[LocalCluster, int, list[int]]:
+    """Three replicas with fan-in and one agent per follower, dialling only that follower."""
+    cluster, leader = await _replicas(make_cluster)
     followers = [i for i in range(3) if i != leader]
     for i in followers:
         cluster.add_agent("--coordinators", cluster.coordinator_addresses[i])
@@ -128,24 +134,39 @@ def _longest_step_gap(log: list[dict[str, Any]]) -> tuple[float, str]:
     return worst
 
 
+async def _kill_mid_run(
+    cluster: LocalCluster, victim: int, tasks: int, steps: int
+) -> tuple[float, list[dict[str, Any]]]:
+    """Run ``tasks`` steplog tasks, SIGKILL coordinator ``victim`` 1.5 s in, wait, check.
+
+    Every task completes once per epoch, never leaves epoch 1 (nothing is moved:
+    no node is judged DEAD) and never stands still longer than a step plus 1 s.
+
+    Returns:
+        (the kill's wall time, the side-effect log).
+    """
+    key = f"effects-{uuid.uuid4().hex[:6]}"
+    ids = await _submit(cluster, tasks, steps=steps, step_ms=100, key=key)
+    await asyncio.sleep(1.5)
+    killed_at = time.time()
+    cluster.coordinators[victim].kill()
+    done = await _wait_done(cluster, ids, timeout_s=120)
+    assert all(t.state == records_pb2.TASK_STATE_COMPLETED for t in done.values())
+    log = _side_effects(cluster, key)
+    figures = check_one_owner(log, ids)
+    assert all(epochs == [1] for epochs in figures["epochs"].values()), figures
+    gap, task = _longest_step_gap(log)
+    assert gap < 0.1 + 1.0, f"{task} stood still {gap:.2f} s"
+    return killed_at, log
+
+
 async def test_the_leader_sigkilled_under_forwarded_sessions_drops_none_and_pauses_no_task(
     make_cluster: MakeCluster,
 ) -> None:
     cluster, leader, followers = await _fan_in_cluster(make_cluster)
-    key = f"effects-{uuid.uuid4().hex[:6]}"
-    ids = await _submit(cluster, 8, steps=60, step_ms=100, key=key)
-    await asyncio.sleep(1.5)
-    killed_at = time.time()
-    cluster.coordinators[leader].kill()
-    tasks = await _wait_done(cluster, ids, timeout_s=120)
-    assert all(t.state == records_pb2.TASK_STATE_COMPLETED for t in tasks.values())
-    log = _side_effects(cluster, key)
-    figures = check_one_owner(log, ids)
-    assert all(epochs == [1] for epochs in figures["epochs"].values()), figures
-    # No task stood still: the next leader was there before any agent would fence
-    # (fan-in profile: fence 5 s, lease 3 s), and no Session had to be re-dialled.
-    gap, task = _longest_step_gap(log)
-    assert gap < 0.1 + 1.0, f"{task} stood still {gap:.2f} s"
+    # No task stands still: the next leader is there before any agent would fence
+    # (fan-in profile: fence 5 s, lease 3 s), and no Session has to be re-dialled.
+    killed_at, _ = await _kill_mid_run(cluster, leader, tasks=8, steps=60)
     new_leader, _ = await cluster.leader()
     assert new_leader in followers
     for agent, i in zip(cluster.agents, followers, strict=True):
@@ -180,14 +201,7 @@ def _ts(line: str) -> float:
 async def test_a_follower_sigkilled_sends_its_agent_to_another_replica_with_no_dead_verdict(
     make_cluster: MakeCluster,
 ) -> None:
-    cluster = make_cluster(
-        coordinators=3,
-        agents=0,
-        coordinator_args=["--fan-in"],
-        agent_args=["--app", APP, "--slots", "4"],
-    )
-    await cluster.ready(40)
-    leader, _ = await cluster.leader()
+    cluster, leader = await _replicas(make_cluster)
     victim = (leader + 1) % 3
     other = 3 - leader - victim
     addresses = cluster.coordinator_addresses
@@ -196,19 +210,8 @@ async def test_a_follower_sigkilled_sends_its_agent_to_another_replica_with_no_d
         "--coordinators", ",".join([addresses[victim], addresses[other], addresses[leader]])
     )
     await cluster.ready(40)
-    key = f"effects-{uuid.uuid4().hex[:6]}"
-    ids = await _submit(cluster, 4, steps=40, step_ms=100, key=key)
-    await asyncio.sleep(1.5)
-    killed_at = time.time()
-    cluster.coordinators[victim].kill()
-    tasks = await _wait_done(cluster, ids, timeout_s=120)
-    assert all(t.state == records_pb2.TASK_STATE_COMPLETED for t in tasks.values())
-    log = _side_effects(cluster, key)
-    figures = check_one_owner(log, ids)
-    # Nothing moved: the node was never judged DEAD, its tasks stayed at epoch 1...
-    assert all(epochs == [1] for epochs in figures["epochs"].values()), figures
-    gap, task = _longest_step_gap(log)
-    assert gap < 0.1 + 1.0, f"{task} stood still {gap:.2f} s"
+    # Nothing moves (the node is never judged DEAD) and nothing stands still...
+    killed_at, _ = await _kill_mid_run(cluster, victim, tasks=4, steps=40)
     lines = agent.log_path.read_text(errors="replace").splitlines()
     after = "\n".join(line for line in lines if _ts(line) > killed_at)
     # ...and the agent went on through the next replica of its list.

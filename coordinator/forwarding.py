@@ -1,4 +1,4 @@
-"""Fan-in, first part: followers hold agents' Sessions and carry them to the leader.
+"""Fan-in: followers hold agents' Sessions and carry them to the leader, across leader changes.
 
 Theory of operation (issue 20, ``docs/fan-in.md``; wire contract
 ``proto/lazarus/v1/replica.proto``). With ``--fan-in`` a follower that receives
@@ -21,14 +21,22 @@ the leader admitted the Hello. A follower never acks on its own here; the
 interregnum rule (b) of ``coordinator.core.fanin`` is not used yet.
 
 Failures. When the link ends (the leader crashed, resigned or stopped
-leading, or the network broke) every Session it carried is ended with
-UNAVAILABLE and the agents reconnect, as they do today when their leader
-goes; a link is also dropped as soon as this replica's election watch shows
-another leader (``CoordinatorRuntime.on_leader_observed``), so a paused old
-leader does not keep Sessions hanging. When no leader is known, or this
-replica is about to lead, the follower answers NotLeader as without fan-in.
-An agent that does not read its replies, or a follower that does not read
-the leader's, is ended with RESOURCE_EXHAUSTED when its queue passes
+leading, or the network broke; or this replica's election watch shows
+another leader, ``CoordinatorRuntime.on_leader_observed``, so a paused old
+leader does not keep Sessions hanging) the Sessions it carried are
+*detached*, not ended: the agents' streams stay open. Once a leader answers
+(this replica itself, over a link to itself, if it now leads), each detached
+agent gets a ``Reattach`` (agent.proto), at most :data:`REATTACH_RATE_PER_S`;
+the agent ends its session with the old leader as on a reconnect and sends a
+fresh Hello on the same stream, which opens a forwarded Session at the new
+leader. A channel to a leader is waited for at most
+:data:`LINK_CONNECT_TIMEOUT_S`, and a leader whose link just broke is not
+redialled for :data:`FAILED_LEADER_HOLD_OFF_S`. When no leader is known for a
+new Session, the follower answers NotLeader naming nobody (the agent tries
+its next address). Admission (Hello rate, CPU) runs on the replica that holds
+the Session; the leader admits forwarded Sessions without asking. An agent
+that does not read its replies, or a follower that does not read the
+leader's, is ended with RESOURCE_EXHAUSTED when its queue passes
 ``max_outbound`` (never buffered without bound).
 
 Identity: the follower's own auth interceptor checks the agent's identity and
@@ -36,6 +44,8 @@ that its Hello names only its own node (``coordinator.auth``), before anything
 is forwarded; the Forward stream itself needs a member identity
 (``coordinator.authz``). The leader therefore trusts a forwarded Hello's node
 id because a member vouches for it, as it trusts a member's proxied writes.
+The follower names itself in the call's :data:`MEMBER_ID_METADATA`, which
+ListNodes reports as each node's ``session_replica``.
 
 Metrics (``coordinator.metrics``): ``lazarus_forwarded_sessions{side}``,
 ``lazarus_forward_batches_total{direction}``,

@@ -568,16 +568,6 @@ class SessionForwarder:
         self._failed: tuple[str, int, float] | None = None
         runtime.on_leader_observed(self._leader_observed)
 
-    @property
-    def held(self) -> int:
-        """Agents' Sessions this replica holds now (attached or detached)."""
-        return len(self._held)
-
-    @property
-    def detached(self) -> int:
-        """Of those, Sessions waiting for a leader to be carried to."""
-        return len(self._detached)
-
     def _leader_observed(self, address: str, term: int) -> None:
         link = self._link
         if link is not None and not link.closed and (link.term != term or link.address != address):

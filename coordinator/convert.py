@@ -25,6 +25,9 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping
 
+from google.protobuf.message import Message
+from google.protobuf.unknown_fields import UnknownFieldSet
+
 from coordinator.core import directives as d
 from coordinator.core import events as ev
 from coordinator.core import notices as n
@@ -78,6 +81,7 @@ __all__ = [
     "task_spec_from_pb",
     "task_spec_to_pb",
     "task_update_to_event",
+    "unknown_field_path",
 ]
 
 
@@ -1009,3 +1013,39 @@ def notice_to_pb(command: EmitEvent, revision: int = 0) -> records_pb2.Event:
             )
         )
     return out
+
+
+# ---------------------------------------------------------------------------
+# Validation.
+# ---------------------------------------------------------------------------
+
+
+def unknown_field_path(message: Message, path: str = "") -> str | None:
+    """The path of the first field ``message`` holds that its schema does not know.
+
+    Args:
+        message: a parsed message.
+        path: prefix for the returned path.
+
+    Returns:
+        ``"<path>#<field number>"``, or None when every field is known.
+    """
+    unknown = UnknownFieldSet(message)
+    if len(unknown):
+        return f"{path or message.DESCRIPTOR.name}#{unknown[0].field_number}"
+    for field, value in message.ListFields():
+        name = f"{path}.{field.name}" if path else field.name
+        if field.message_type is None:
+            continue
+        if field.message_type.GetOptions().map_entry:
+            value_field = field.message_type.fields_by_name["value"]
+            values = list(value.values()) if value_field.message_type is not None else []
+        elif field.is_repeated:
+            values = list(value)
+        else:
+            values = [value]
+        for item in values:
+            found = unknown_field_path(item, name)
+            if found is not None:
+                return found
+    return None

@@ -68,7 +68,9 @@ import grpc
 import grpc.aio
 from google.protobuf.message import DecodeError
 
-from coordinator.runtime import CoordinatorRuntime
+from coordinator import convert
+from coordinator.core import HeartbeatDigest, HeartbeatReceived
+from coordinator.runtime import Channel, CoordinatorRuntime
 from lazarus.tls import ClientTls
 from lazarus.v1 import agent_pb2, replica_pb2
 
@@ -124,6 +126,11 @@ class ForwardObserver(Protocol):
     def forward_ack(self, seconds: float) -> None:
         """A heartbeat's ack left for its agent ``seconds`` after the heartbeat arrived."""
 
+    def forward_heartbeats(self, path: str, count: int) -> None:
+        """The leader stepped ``count`` forwarded heartbeats by ``path``: "digest"
+        (one core event per batch) or "message" (behind an older message of
+        their Session, through the Session servicer)."""
+
 
 class _NullObserver:
     def forwarded_sessions(self, side: str, delta: int) -> None:
@@ -133,6 +140,9 @@ class _NullObserver:
         pass
 
     def forward_ack(self, seconds: float) -> None:
+        pass
+
+    def forward_heartbeats(self, path: str, count: int) -> None:
         pass
 
 
@@ -189,9 +199,25 @@ class _ForwardedContext:
         self.ended = False
         self.forwarded = True
         """The Session servicer skips the leader's admission: the follower admitted it."""
+        self.channel: Channel | None = None
+        """The runtime's channel of the Session, once the servicer opened it."""
+        self.backlog = 0
+        """Entries put in the Session's inbox whose handling (up to their enqueue
+        on the runtime) is not finished: a heartbeat may take the digest path
+        only at 0, so that it cannot overtake an older message of its Session."""
 
     def peer(self) -> str:
         return self._peer
+
+    def bind(self, channel: Channel) -> None:
+        """The servicer opened ``channel`` for this Session: acks may go straight out."""
+        self.channel = channel
+        channel.ack_sink = self.ack
+
+    def ack(self, ack: agent_pb2.HeartbeatAck) -> None:
+        """A heartbeat ack for the follower (``Channel.ack_sink``), as one small entry."""
+        if not self.ended:
+            self._out.put_nowait(replica_pb2.ForwardEntry(session_id=self._sid, heartbeat_ack=ack))
 
     async def write(self, message: agent_pb2.CoordinatorMessage | bytes) -> None:
         raw = message if isinstance(message, bytes) else message.SerializeToString()
@@ -214,16 +240,20 @@ class _StreamBroke(Exception):
 Inbox = asyncio.Queue[bytes | replica_pb2.SessionEnd]
 """One forwarded Session's incoming side: agent messages, then how it ended."""
 
-Held = dict[str, tuple[Inbox, "asyncio.Task[None]"]]
-"""A leader's forwarded Sessions of one stream: inbox and the task serving it."""
+Held = dict[str, tuple[Inbox, "asyncio.Task[None]", _ForwardedContext]]
+"""A leader's forwarded Sessions of one stream: inbox, the task serving it, its context."""
 
 
-async def _inbox_messages(inbox: Inbox) -> AsyncIterator[bytes]:
+async def _inbox_messages(inbox: Inbox, context: _ForwardedContext) -> AsyncIterator[bytes]:
+    """The Session's messages; the servicer asks for the next one only once it
+    queued the previous one on the runtime, which is when it leaves the backlog."""
     while True:
         item = await inbox.get()
         if isinstance(item, bytes):
             yield item
+            context.backlog -= 1
             continue
+        context.backlog -= 1
         if item.code != _OK:
             raise _StreamBroke(item.reason)
         return
@@ -305,9 +335,9 @@ class ForwardService:
             reader.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await reader
-            for _, task in list(sessions.values()):
+            for _, task, _ in list(sessions.values()):
                 task.cancel()
-            for _, task in list(sessions.values()):
+            for _, task, _ in list(sessions.values()):
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
         if problem is not None:
@@ -324,24 +354,75 @@ class ForwardService:
         try:
             async for batch in requests:
                 self._observer.forward_batch("received", len(batch.entries))
+                digest: list[HeartbeatReceived] = []
                 for entry in batch.entries:
                     which = entry.WhichOneof("body")
-                    if not entry.session_id or which is None:
-                        raise _InvalidEntry("ForwardEntry: session_id and a body are required")
+                    if not entry.session_id or which is None or which == "heartbeat_ack":
+                        raise _InvalidEntry(
+                            "ForwardEntry: session_id and a body (message, end, heartbeat) "
+                            "are required"
+                        )
                     held = sessions.get(entry.session_id)
+                    if which == "heartbeat":
+                        channel = held[2].channel if held is not None else None
+                        if (
+                            held is not None
+                            and held[2].backlog == 0
+                            and channel is not None
+                            and channel.hello_seen
+                            and not channel.closed
+                        ):
+                            heartbeat = entry.heartbeat
+                            channel.remember_heartbeat(heartbeat)
+                            digest.append(
+                                convert.heartbeat_to_event(
+                                    channel.session_id, channel.node_id, heartbeat, 0.0
+                                )
+                            )
+                            continue
                     if held is None:
                         if which == "end":
                             continue  # a Session that ended before the leader saw it
                         held = self._open(entry.session_id, sessions, out, peer, member)
-                    held[0].put_nowait(entry.message if which == "message" else entry.end)
+                    held[2].backlog += 1
+                    if which == "message":
+                        held[0].put_nowait(entry.message)
+                    elif which == "heartbeat":
+                        # Something older of its Session is still queued: keep the order.
+                        self._observer.forward_heartbeats("message", 1)
+                        raw = agent_pb2.AgentMessage(heartbeat=entry.heartbeat)
+                        held[0].put_nowait(raw.SerializeToString())
+                    else:
+                        held[0].put_nowait(entry.end)
+                if digest:
+                    self._step_digest(digest)
         finally:
             # The follower's side is over: every Session it carried ends.
-            for inbox, _ in list(sessions.values()):
+            for inbox, _, _ in list(sessions.values()):
                 inbox.put_nowait(
                     replica_pb2.SessionEnd(
                         code=grpc.StatusCode.UNAVAILABLE.value[0], reason="link ended"
                     )
                 )
+
+    def _step_digest(self, digest: list[HeartbeatReceived]) -> None:
+        """Queue a batch's digest heartbeats as one core event (``HeartbeatDigest``).
+
+        Queued before any later entry of the batch reaches the runtime (those
+        go through their Session's task), so each Session's order holds.
+        """
+        self._observer.forward_heartbeats("digest", len(digest))
+        runtime = self._runtime
+        future = runtime.enqueue(HeartbeatDigest(tuple(digest), 0.0))
+        nodes = [hb.node_id for hb in digest]
+
+        def stepped(done: asyncio.Future[bool]) -> None:
+            if not done.cancelled() and done.exception() is None and done.result():
+                now = runtime.now_s()
+                for node_id in nodes:
+                    runtime.observer.heartbeat_received(node_id, now)
+
+        future.add_done_callback(stepped)
 
     def _open(
         self,
@@ -350,14 +431,14 @@ class ForwardService:
         out: asyncio.Queue[replica_pb2.ForwardEntry],
         peer: str,
         member: str,
-    ) -> tuple[Inbox, asyncio.Task[None]]:
+    ) -> tuple[Inbox, asyncio.Task[None], _ForwardedContext]:
         inbox: Inbox = asyncio.Queue()
         context = _ForwardedContext(sid, out, f"{peer} (forwarded)", member)
 
         async def run() -> None:
             self._observer.forwarded_sessions("leader", 1)
             try:
-                await self._session(_inbox_messages(inbox), context)
+                await self._session(_inbox_messages(inbox, context), context)
                 context.finish(grpc.StatusCode.OK, "")
             except _Ended:
                 pass
@@ -371,7 +452,7 @@ class ForwardService:
                 sessions.pop(sid, None)
                 self._observer.forwarded_sessions("leader", -1)
 
-        held = (inbox, asyncio.create_task(run(), name=f"forwarded-{sid}"))
+        held = (inbox, asyncio.create_task(run(), name=f"forwarded-{sid}"), context)
         sessions[sid] = held
         return held
 
@@ -459,18 +540,18 @@ class _Link:
         held = self.sessions.get(entry.session_id)
         if held is None:
             return  # the agent already went
-        if entry.WhichOneof("body") == "message":
-            if held.inbox.qsize() >= self._max_outbound:
-                self.forget(entry.session_id)
-                held.inbox.put_nowait(
-                    replica_pb2.SessionEnd(
-                        code=grpc.StatusCode.RESOURCE_EXHAUSTED.value[0],
-                        reason=f"{self._max_outbound} messages unread: "
-                        "the agent does not read its stream",
-                    )
-                )
-                return
-            held.inbox.put_nowait(entry.message)
+        which = entry.WhichOneof("body")
+        if which == "heartbeat_ack":
+            # The leader confirmed the heartbeat (rule (a)): the agent's ack.
+            ack = entry.heartbeat_ack
+            self._acked(held, ack.seq)
+            message = agent_pb2.CoordinatorMessage(heartbeat_ack=ack)
+            self._deliver(held, entry.session_id, message.SerializeToString())
+            return
+        if which == "message":
+            if held.heard:
+                self._time_ack(entry.message, held)
+            self._deliver(held, entry.session_id, entry.message)
             return
         del self.sessions[entry.session_id]
         held.link, held.sid = None, ""
@@ -478,6 +559,34 @@ class _Link:
             self._detached(held)  # the leader stopped leading: carry it to the next one
         else:
             held.inbox.put_nowait(entry.end)
+
+    def _acked(self, held: _Held, seq: int) -> None:
+        arrived = held.heard.pop(seq, None)
+        if arrived is not None:
+            self._observer.forward_ack(time.monotonic() - arrived)
+
+    def _time_ack(self, raw: bytes, held: _Held) -> None:
+        """A verbatim reply: if it is a heartbeat ack, time it."""
+        try:
+            message = agent_pb2.CoordinatorMessage.FromString(raw)
+        except DecodeError:
+            return
+        if message.WhichOneof("body") == "heartbeat_ack":
+            self._acked(held, message.heartbeat_ack.seq)
+
+    def _deliver(self, held: _Held, sid: str, raw: bytes) -> None:
+        """Queue ``raw`` for the agent, or end a Session whose agent does not read."""
+        if held.inbox.qsize() >= self._max_outbound:
+            self.forget(sid)
+            held.inbox.put_nowait(
+                replica_pb2.SessionEnd(
+                    code=grpc.StatusCode.RESOURCE_EXHAUSTED.value[0],
+                    reason=f"{self._max_outbound} messages unread: "
+                    "the agent does not read its stream",
+                )
+            )
+            return
+        held.inbox.put_nowait(raw)
 
     def open(self, held: _Held) -> str:
         """Carry ``held`` on this link from now on; its new forwarded Session id."""
@@ -699,8 +808,6 @@ class SessionForwarder:
             while True:
                 item = await held.inbox.get()
                 if isinstance(item, bytes):
-                    if held.heard:
-                        self._time_ack(item, held.heard)
                     await context.write(item)
                     continue
                 if item.code == _OK:
@@ -739,6 +846,15 @@ class SessionForwarder:
                     held.heard[message.heartbeat.seq] = time.monotonic()
                     while len(held.heard) > 64:
                         held.heard.pop(next(iter(held.heard)))
+                    if convert.unknown_field_path(message) is None:
+                        # A liveness digest entry; one the leader's schema would
+                        # refuse goes verbatim, for the leader to refuse in its words.
+                        link.send(
+                            replica_pb2.ForwardEntry(
+                                session_id=held.sid, heartbeat=message.heartbeat
+                            )
+                        )
+                        continue
                 link.send(replica_pb2.ForwardEntry(session_id=held.sid, message=raw))
         except asyncio.CancelledError:
             raise
@@ -750,16 +866,6 @@ class SessionForwarder:
             return
         # Broken, or nobody to wait for: end now (``hold`` ends the forwarded Session).
         held.inbox.put_nowait(replica_pb2.SessionEnd(code=code.value[0], reason=reason))
-
-    def _time_ack(self, raw: bytes, heard: dict[int, float]) -> None:
-        try:
-            message = agent_pb2.CoordinatorMessage.FromString(raw)
-        except DecodeError:
-            return
-        if message.WhichOneof("body") == "heartbeat_ack":
-            arrived = heard.pop(message.heartbeat_ack.seq, None)
-            if arrived is not None:
-                self._observer.forward_ack(time.monotonic() - arrived)
 
     async def close(self) -> None:
         """End every held Session (UNAVAILABLE: its agent reconnects elsewhere) and the link."""

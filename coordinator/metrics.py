@@ -53,7 +53,10 @@ Series:
   ``lazarus_forward_batches_total{direction}`` and
   ``lazarus_forward_entries_total{direction}`` (``sent`` / ``received`` on the
   Forward streams), ``lazarus_forward_ack_seconds`` (histogram, follower: a
-  heartbeat's arrival from its agent to the leader's ack leaving for it);
+  heartbeat's arrival from its agent to the leader's ack leaving for it),
+  ``lazarus_forward_heartbeats_total{path}`` (leader: forwarded heartbeats
+  stepped as liveness digests, ``path="digest"``, or behind an older message
+  of their Session through the Session servicer, ``path="message"``);
 - the event archive (``coordinator.eventarchive``): ``lazarus_event_archive_backlog``
   (events waiting for Redis) and ``lazarus_event_archive_dropped_events``
   (never archived: the backlog overflowed during an outage).
@@ -226,7 +229,8 @@ class Metrics:
         )
         self.forward_entries = Counter(
             "lazarus_forward_entries",
-            "Entries of ForwardBatches (one agent message or Session end), by direction.",
+            "Entries of ForwardBatches (an agent message, heartbeat or ack, or a Session end), "
+            "by direction.",
             ["direction"],
             registry=r,
         )
@@ -234,6 +238,13 @@ class Metrics:
             "lazarus_forward_ack_seconds",
             "Follower: a heartbeat's arrival from its agent to the leader's ack leaving for it.",
             buckets=_ETCD_BUCKETS_S,
+            registry=r,
+        )
+        self.forward_heartbeats_total = Counter(
+            "lazarus_forward_heartbeats",
+            "Leader: forwarded heartbeats stepped, by path (digest: one core event per "
+            "batch; message: behind an older message of their Session).",
+            ["path"],
             registry=r,
         )
         self.identity_conflicts = Counter(
@@ -265,6 +276,10 @@ class Metrics:
     def forward_ack(self, seconds: float) -> None:
         """A forwarded heartbeat's ack left for its agent ``seconds`` after it arrived."""
         self.forward_ack_seconds.observe(seconds)
+
+    def forward_heartbeats(self, path: str, count: int) -> None:
+        """The leader stepped ``count`` forwarded heartbeats by ``path`` (digest / message)."""
+        self.forward_heartbeats_total.labels(path).inc(count)
 
     def watch_archive(self, backlog: Callable[[], float], dropped: Callable[[], float]) -> None:
         """Read the event archive's backlog and dropped count at each scrape."""

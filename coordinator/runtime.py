@@ -263,6 +263,10 @@ class Channel:
         self.writing = False
         self.held_by = ""
         """Member id of the follower that holds and forwards this Session ("": this replica)."""
+        self.ack_sink: Callable[[agent_pb2.HeartbeatAck], None] | None = None
+        """Fan-in: where a forwarded Session's heartbeat acks go straight to its follower
+        (``coordinator.forwarding``), bypassing the stream writer while nothing
+        is queued before them; None: acks are queued like any message."""
 
     def put(self, message: agent_pb2.CoordinatorMessage) -> None:
         """Queue a message for the stream (dropped once the stream is closing).
@@ -301,6 +305,11 @@ class Channel:
         if not self.closed:
             self.closed = True
             self._queue.put_nowait(END)
+
+    @property
+    def idle(self) -> bool:
+        """Nothing is queued or being written: a message sent now cannot overtake another."""
+        return not self.writing and self._queue.empty()
 
     async def next(self) -> Outbound:
         """The next thing to do on the stream."""
@@ -834,6 +843,24 @@ class CoordinatorRuntime:
         channel = self._channels.get(command.session_id)
         if channel is None:
             return  # that Session is gone: drop
+        directive = command.directive
+        if isinstance(directive, HeartbeatAck) and channel.ack_sink is not None:
+            if channel.closed:
+                return
+            if channel.idle:
+                # Fan-in's digest path: one small entry to the follower, no stream hop.
+                sent_unix_ms, sent_mono_ms = channel.echo(directive.seq)
+                channel.ack_sink(
+                    agent_pb2.HeartbeatAck(
+                        seq=directive.seq,
+                        sent_at_unix_ms=sent_unix_ms,
+                        sent_at_monotonic_ms=sent_mono_ms,
+                        received_at_unix_ms=convert.s_to_ms(self._last_now_s),
+                        term=directive.term,
+                        node_state=directive.node_state.value,  # type: ignore[arg-type]
+                    )
+                )
+                return
         message = convert.directive_to_pb(
             command.directive,
             session_id=command.session_id,

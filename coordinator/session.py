@@ -46,10 +46,10 @@ from typing import Any
 
 import grpc
 import grpc.aio
-from google.protobuf.message import DecodeError, Message
-from google.protobuf.unknown_fields import UnknownFieldSet
+from google.protobuf.message import DecodeError
 
 from coordinator import convert
+from coordinator.convert import unknown_field_path
 from coordinator.core import GoodbyeReceived, SessionClosed
 from coordinator.documents import DOCUMENT_MESSAGES, DocumentService
 from coordinator.forwarding import SessionForwarder
@@ -76,37 +76,6 @@ MAX_IN_FLIGHT = 1024
 
 NOT_LEADER_RETRY_AFTER_MS = 200
 """NotLeader.retry_after_ms: when to dial the leader (or retry here)."""
-
-
-def unknown_field_path(message: Message, path: str = "") -> str | None:
-    """The path of the first field ``message`` holds that its schema does not know.
-
-    Args:
-        message: a parsed message.
-        path: prefix for the returned path.
-
-    Returns:
-        ``"<path>#<field number>"``, or None when every field is known.
-    """
-    unknown = UnknownFieldSet(message)
-    if len(unknown):
-        return f"{path or message.DESCRIPTOR.name}#{unknown[0].field_number}"
-    for field, value in message.ListFields():
-        name = f"{path}.{field.name}" if path else field.name
-        if field.message_type is None:
-            continue
-        if field.message_type.GetOptions().map_entry:
-            value_field = field.message_type.fields_by_name["value"]
-            values = list(value.values()) if value_field.message_type is not None else []
-        elif field.is_repeated:
-            values = list(value)
-        else:
-            values = [value]
-        for item in values:
-            found = unknown_field_path(item, name)
-            if found is not None:
-                return found
-    return None
 
 
 class AgentSessionService:
@@ -147,6 +116,9 @@ class AgentSessionService:
             return
         channel = runtime.open_channel()
         channel.held_by = getattr(context, "held_by", "")
+        bind = getattr(context, "bind", None)
+        if bind is not None:
+            bind(channel)  # a forwarded Session: its heartbeats may take the digest path
         channel.writer = asyncio.current_task()
         reader = asyncio.create_task(self._read(request_iterator, channel))
         try:

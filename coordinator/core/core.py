@@ -137,6 +137,7 @@ from coordinator.core.events import (
     Failed,
     ForkSeeded,
     GoodbyeReceived,
+    HeartbeatDigest,
     HeartbeatReceived,
     LeadershipAcquired,
     LeadershipLost,
@@ -364,6 +365,7 @@ class CoordinatorCore:
             LeadershipAcquired: self._on_leadership_acquired,
             SessionOpened: self._on_session_opened,
             HeartbeatReceived: self._on_heartbeat,
+            HeartbeatDigest: self._on_heartbeat_digest,
             SessionClosed: self._on_session_closed,
             GoodbyeReceived: self._on_goodbye,
             TaskUpdateReceived: self._on_task_update,
@@ -957,6 +959,15 @@ class CoordinatorCore:
             ):
                 continue
             self._fence(entry, task, progress.epoch, FenceSource.TASK_UPDATE, out)
+
+    def _on_heartbeat_digest(self, ev: HeartbeatDigest, out: _Out) -> None:
+        """Each forwarded heartbeat as if stepped alone at the batch's arrival."""
+        for heartbeat in ev.heartbeats:
+            screened = limits.screen(heartbeat)
+            if isinstance(screened, limits.Refusal):
+                self._refuse_at_intake(heartbeat, screened.message, out)
+            elif isinstance(screened, HeartbeatReceived):
+                self._on_heartbeat(screened, out)
 
     def _on_session_closed(self, ev: SessionClosed, out: _Out) -> None:
         entry = self._current(ev.node_id, ev.session_id)

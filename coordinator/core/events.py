@@ -139,6 +139,21 @@ class HeartbeatReceived:
 
 
 @dataclass(frozen=True, slots=True)
+class HeartbeatDigest:
+    """Heartbeats a follower forwarded in one batch, stepped as one event (liveness digest).
+
+    Each heartbeat is judged exactly as if it had been stepped on its own at
+    this event's ``now_s`` (the batch's arrival on the leader's clock): the
+    same intake limits, seq check, ack, SUSPECT recovery and fencing of stale
+    tasks (``docs/fan-in.md`` section 8). Stepping one event per batch instead
+    of one per heartbeat is what cuts the leader's cost per node-heartbeat.
+    """
+
+    heartbeats: tuple[HeartbeatReceived, ...]
+    now_s: float
+
+
+@dataclass(frozen=True, slots=True)
 class SessionClosed:
     """A Session stream ended (closed by the agent, broken, or closed on our command)."""
 
@@ -372,6 +387,7 @@ Event = (
     | PersistFailed
     | SessionOpened
     | HeartbeatReceived
+    | HeartbeatDigest
     | SessionClosed
     | GoodbyeReceived
     | TaskUpdateReceived

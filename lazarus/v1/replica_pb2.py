@@ -22,21 +22,22 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
+from lazarus.v1 import agent_pb2 as lazarus_dot_v1_dot_agent__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18lazarus/v1/replica.proto\x12\nlazarus.v1\"9\n\x0c\x46orwardBatch\x12)\n\x07\x65ntries\x18\x01 \x03(\x0b\x32\x18.lazarus.v1.ForwardEntry\"d\n\x0c\x46orwardEntry\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x11\n\x07message\x18\x02 \x01(\x0cH\x00\x12%\n\x03\x65nd\x18\x03 \x01(\x0b\x32\x16.lazarus.v1.SessionEndH\x00\x42\x06\n\x04\x62ody\"*\n\nSessionEnd\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0e\n\x06reason\x18\x02 \x01(\t2S\n\x0eReplicaService\x12\x41\n\x07\x46orward\x12\x18.lazarus.v1.ForwardBatch\x1a\x18.lazarus.v1.ForwardBatch(\x01\x30\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18lazarus/v1/replica.proto\x12\nlazarus.v1\x1a\x16lazarus/v1/agent.proto\"9\n\x0c\x46orwardBatch\x12)\n\x07\x65ntries\x18\x01 \x03(\x0b\x32\x18.lazarus.v1.ForwardEntry\"\xc3\x01\n\x0c\x46orwardEntry\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x11\n\x07message\x18\x02 \x01(\x0cH\x00\x12%\n\x03\x65nd\x18\x03 \x01(\x0b\x32\x16.lazarus.v1.SessionEndH\x00\x12*\n\theartbeat\x18\x04 \x01(\x0b\x32\x15.lazarus.v1.HeartbeatH\x00\x12\x31\n\rheartbeat_ack\x18\x05 \x01(\x0b\x32\x18.lazarus.v1.HeartbeatAckH\x00\x42\x06\n\x04\x62ody\"*\n\nSessionEnd\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0e\n\x06reason\x18\x02 \x01(\t2S\n\x0eReplicaService\x12\x41\n\x07\x46orward\x12\x18.lazarus.v1.ForwardBatch\x1a\x18.lazarus.v1.ForwardBatch(\x01\x30\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'lazarus.v1.replica_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_FORWARDBATCH']._serialized_start=40
-  _globals['_FORWARDBATCH']._serialized_end=97
-  _globals['_FORWARDENTRY']._serialized_start=99
-  _globals['_FORWARDENTRY']._serialized_end=199
-  _globals['_SESSIONEND']._serialized_start=201
-  _globals['_SESSIONEND']._serialized_end=243
-  _globals['_REPLICASERVICE']._serialized_start=245
-  _globals['_REPLICASERVICE']._serialized_end=328
+  _globals['_FORWARDBATCH']._serialized_start=64
+  _globals['_FORWARDBATCH']._serialized_end=121
+  _globals['_FORWARDENTRY']._serialized_start=124
+  _globals['_FORWARDENTRY']._serialized_end=319
+  _globals['_SESSIONEND']._serialized_start=321
+  _globals['_SESSIONEND']._serialized_end=363
+  _globals['_REPLICASERVICE']._serialized_start=365
+  _globals['_REPLICASERVICE']._serialized_end=448
 # @@protoc_insertion_point(module_scope)

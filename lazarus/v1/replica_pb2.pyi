@@ -1,3 +1,4 @@
+from lazarus.v1 import agent_pb2 as _agent_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
@@ -13,14 +14,18 @@ class ForwardBatch(_message.Message):
     def __init__(self, entries: _Optional[_Iterable[_Union[ForwardEntry, _Mapping]]] = ...) -> None: ...
 
 class ForwardEntry(_message.Message):
-    __slots__ = ("session_id", "message", "end")
+    __slots__ = ("session_id", "message", "end", "heartbeat", "heartbeat_ack")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     END_FIELD_NUMBER: _ClassVar[int]
+    HEARTBEAT_FIELD_NUMBER: _ClassVar[int]
+    HEARTBEAT_ACK_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     message: bytes
     end: SessionEnd
-    def __init__(self, session_id: _Optional[str] = ..., message: _Optional[bytes] = ..., end: _Optional[_Union[SessionEnd, _Mapping]] = ...) -> None: ...
+    heartbeat: _agent_pb2.Heartbeat
+    heartbeat_ack: _agent_pb2.HeartbeatAck
+    def __init__(self, session_id: _Optional[str] = ..., message: _Optional[bytes] = ..., end: _Optional[_Union[SessionEnd, _Mapping]] = ..., heartbeat: _Optional[_Union[_agent_pb2.Heartbeat, _Mapping]] = ..., heartbeat_ack: _Optional[_Union[_agent_pb2.HeartbeatAck, _Mapping]] = ...) -> None: ...
 
 class SessionEnd(_message.Message):
     __slots__ = ("code", "reason")

@@ -105,6 +105,12 @@ async def test_agents_on_followers_run_their_tasks_through_the_leader_once(
         # Heartbeats went through the follower and their acks came back through it.
         assert _series(metrics[i], "lazarus_forward_ack_seconds_count") > 0
         assert _series(metrics[i], "lazarus_forward_batches_total", 'direction="sent"') > 0
+    # The leader stepped them as liveness digests (one core event per batch),
+    # only those queued behind an older message of their Session one by one.
+    digest = _series(metrics[leader], "lazarus_forward_heartbeats_total", 'path="digest"')
+    one_by_one = _series(metrics[leader], "lazarus_forward_heartbeats_total", 'path="message"')
+    assert digest > 0
+    assert digest >= one_by_one, (digest, one_by_one)
     # The leader's ListNodes names the replica holding each node's Session.
     async with cluster.channel(leader) as channel:
         stub = coordinator_pb2_grpc.CoordinatorServiceStub(channel)  # type: ignore[no-untyped-call]
@@ -220,3 +226,40 @@ async def test_a_follower_sigkilled_sends_its_agent_to_another_replica_with_no_d
     metrics = cluster.coordinator_metrics
     assert _series(metrics[other], "lazarus_forwarded_sessions", 'side="follower"') == 1
     assert _series(metrics[leader], "lazarus_failure_detection_seconds_count") == 0
+
+
+async def test_a_follower_acks_nothing_the_leader_did_not_hear(
+    make_cluster: MakeCluster,
+) -> None:
+    """Rule (a) of docs/fan-in.md, checked from the tasks' side effects.
+
+    The leader and etcd are SIGSTOPped together: the followers' links stay
+    open but nothing answers, and no next leader can be elected. A follower
+    that acked heartbeats on its own would keep its agent's fence deadline
+    moving and its tasks stepping; the rule says the agents fence within
+    their fence bound (heartbeat 0.5 s + fence 5 s after the last heartbeat
+    the leader acked), and every task's steps stop by then.
+    """
+    cluster, leader, _ = await _fan_in_cluster(make_cluster)
+    key = f"effects-{uuid.uuid4().hex[:6]}"
+    await _submit(cluster, 4, steps=400, step_ms=100, key=key)
+    await _until(
+        lambda: len({e["task"] for e in _side_effects(cluster, key) if e["what"] == "step"}) == 4,
+        30,
+        "all 4 tasks stepping",
+    )
+    assert cluster.etcd is not None
+    stopped_at = time.time()
+    cluster.coordinators[leader].pause()
+    cluster.etcd.pause()
+    try:
+        await asyncio.sleep(0.5 + 5.0 + 2.5)
+        last_step = max(e["t"] for e in _side_effects(cluster, key) if e["what"] == "step")
+    finally:
+        cluster.etcd.resume()
+        cluster.coordinators[leader].resume()
+    # Every heartbeat the leader acked was sent before the stop: the fence
+    # bound is h + f after it, plus one step that had already begun.
+    assert last_step < stopped_at + 0.5 + 5.0 + 0.1 + 0.3, last_step - stopped_at
+    for agent in cluster.agents:
+        assert "self-fence" in agent.log_path.read_text(errors="replace"), agent.log_tail(20)

@@ -365,9 +365,7 @@ class Metrics:
         if leading and now - self._refreshed_at < REFRESH_INTERVAL_S:
             return
         self._refreshed_at = now
-        snapshot = core.snapshot() if leading else None
-        nodes = snapshot.nodes_by_state() if snapshot is not None else {}
-        tasks = snapshot.tasks_by_state() if snapshot is not None else {}
+        nodes, tasks = core.counts_by_state()
         for state in NodeState:
             self.nodes.labels(state.name).set(nodes.get(state, 0))
         for task_state in TaskState:

@@ -154,7 +154,7 @@ from coordinator.core.events import (
     Tick,
     UncordonRequested,
 )
-from coordinator.core.guard import GuardInput, MassFailureGuard
+from coordinator.core.guard import GuardInput, GuardStatus, MassFailureGuard
 from coordinator.core.identity import Claim, ClaimKind, ClaimVerdict, judge_claim
 from coordinator.core.membership import NodeEntry, NodeTrigger, next_node_state
 from coordinator.core.placement import Candidate, is_eligible, place
@@ -197,6 +197,10 @@ MAX_RETIRE = 64
 
 _LIVE = frozenset({NodeState.ALIVE, NodeState.DRAINING})
 _GONE = frozenset({NodeState.DEAD, NodeState.LEFT})
+_GUARD_QUIET = GuardStatus(
+    active=False, changed=False, dead_nodes=0, failing_nodes=0, total_nodes=0
+)
+"""The guard's status on a tick where nothing it reads changed and it is not active."""
 
 
 class Role(enum.Enum):
@@ -334,6 +338,12 @@ class CoordinatorCore:
         self._detector: FailureDetector = make_detector(self._settings)
         self._guard = self._new_guard()
         self._nodes: dict[str, NodeEntry] = {}
+        # Nodes neither ALIVE nor DRAINING (the mass-failure guard's inputs), and
+        # the earliest time a tick's verdicts can change anything (see _on_tick).
+        self._unhealthy: set[str] = set()
+        self._next_judgement_s = -math.inf
+        # A node was added, removed or written since the guard last evaluated.
+        self._guard_dirty = True
         self._tasks = TaskTable()
         # Why a PENDING task waits (for its next Assign): reason, move reason, from node.
         self._requeue: dict[str, tuple[AssignReason, MoveReason | None, str]] = {}
@@ -457,6 +467,19 @@ class CoordinatorCore:
         """Let time pass: same as ``step(Tick(now_s))``; call it every ``tick_interval_s``."""
         return self.step(Tick(now_s))
 
+    def counts_by_state(self) -> tuple[dict[NodeState, int], dict[TaskState, int]]:
+        """Nodes and tasks per state, as ``snapshot()``'s ``nodes_by_state`` /
+        ``tasks_by_state`` would give them, without building a snapshot (the
+        metrics read this every half second; a snapshot costs a view per node).
+        Empty while not leading, like a follower's snapshot."""
+        if self._role is not Role.LEADER:
+            return {}, {}
+        nodes: dict[NodeState, int] = {}
+        for entry in self._nodes.values():
+            state = entry.state
+            nodes[state] = nodes.get(state, 0) + 1
+        return nodes, self._tasks.counts_by_state()
+
     def snapshot(self) -> CoreSnapshot:
         """An immutable copy of the node and task state (for read RPCs).
 
@@ -523,11 +546,15 @@ class CoordinatorCore:
                 raise InvariantViolation(f"node {node_id!r} is {state.name} with a Session open")
             if state in _LIVE and (state is NodeState.DRAINING) != entry.record.cordoned:
                 raise InvariantViolation(f"node {node_id!r} is {state.name}, cordon disagrees")
+            if (state not in _LIVE) != (node_id in self._unhealthy):
+                raise InvariantViolation(f"node {node_id!r} is {state.name}, health index differs")
             if settled and state in _GONE and self._tasks.owned_by(node_id):
                 raise InvariantViolation(
                     f"node {node_id!r} is {state.name} but still owns tasks outside grace "
                     "and with the mass-failure guard inactive"
                 )
+        if not self._unhealthy <= self._nodes.keys():
+            raise InvariantViolation("health index names a node that is not known")
         for task_id in self._requeue:
             task = self._tasks.get(task_id)
             if task is None or task.state is not TaskState.PENDING:
@@ -576,6 +603,9 @@ class CoordinatorCore:
         self._judging = False
         self._unflushed = set()
         self._unflushed_since_s = math.inf
+        self._unhealthy = set()
+        self._next_judgement_s = -math.inf
+        self._guard_dirty = True
 
     def _become_follower(self) -> None:
         self._role = Role.FOLLOWER
@@ -639,6 +669,7 @@ class CoordinatorCore:
                 if record.state is NodeState.SUSPECT:
                     entry.unavailable_since_s = record.state_changed_at_s
             self._nodes[record.node_id] = entry
+            self._track_health(entry)
         for task in sorted(ev.tasks, key=lambda t: t.task_id):
             owner = task.owner_node_id
             if task.state.owned and owner not in self._nodes:
@@ -648,6 +679,7 @@ class CoordinatorCore:
                         node_id=owner, incarnation=task.owner_incarnation, state=NodeState.DEAD
                     )
                 )
+                self._track_health(self._nodes[owner])
             self._tasks.insert(task)
             if task.state.terminal:
                 at = task.finished_at_s if task.finished_at_s is not None else now
@@ -1011,21 +1043,37 @@ class CoordinatorCore:
         if now >= self._grace_until_s:
             self._judging = True
             newly_dead: list[tuple[NodeEntry, Verdict]] = []
-            for node_id in sorted(self._nodes):
+            detector = self._detector
+            alive_within = detector.alive_within_s
+            # With a detector that judges ALIVE every node heard within
+            # alive_within_s, no verdict can change before the oldest last-heard
+            # time plus that bound; heartbeats and new Sessions only move it
+            # later. So a tick before it skips the scan (one per node per tick
+            # was the leader's largest cost with thousands of nodes attached).
+            scan = alive_within is None or now >= self._next_judgement_s
+            # A node watched from now on is due no earlier than now + the bound.
+            next_judgement = now + alive_within if alive_within is not None else now
+            for node_id in sorted(self._nodes) if scan else ():
                 entry = self._nodes[node_id]
                 if entry.state in _GONE:
                     continue
-                verdict = self._detector.judge(node_id, now)
+                if alive_within is not None:
+                    last = detector.last_heard_s(node_id)
+                    if last is not None and now - last <= alive_within:
+                        # Judged ALIVE, and an ALIVE verdict changes nothing here.
+                        next_judgement = min(next_judgement, last + alive_within)
+                        continue
+                    next_judgement = now  # SUSPECT or DEAD: judge again next tick
+                verdict = detector.judge(node_id, now)
                 if verdict.liveness is Liveness.DEAD:
                     self._declare_dead(entry, out)
                     newly_dead.append((entry, verdict))
                 elif verdict.liveness is Liveness.SUSPECT and entry.state in _LIVE:
                     reason = verdict.reason or SuspicionReason.HEARTBEAT_TIMEOUT
                     self._suspect(entry, reason, verdict.phi, out)
-            status = self._guard.evaluate(
-                (GuardInput(e.node_id, e.state, e.dead_since_s) for e in self._nodes.values()),
-                now,
-            )
+            if scan:
+                self._next_judgement_s = next_judgement
+            status = self._evaluate_guard(now)
             for entry, verdict in newly_dead:
                 to_move = 0 if status.active else len(self._tasks.owned_by(entry.node_id))
                 out.notices.append(
@@ -1052,6 +1100,24 @@ class CoordinatorCore:
         self._expire_deadlines(out)
         self._flush_progress(out)
         self._retire(out)
+
+    def _evaluate_guard(self, now: float) -> GuardStatus:
+        """The mass-failure guard's status at ``now``, evaluated only when it can change.
+
+        Inactive, it can engage only when a node's state changes or nodes come
+        or go (time only ages DEAD nodes out of its window); active, it is
+        evaluated on every tick. Its inputs are the unhealthy nodes, with the
+        healthy ones as a count.
+        """
+        if not self._guard_dirty and not self._guard.active:
+            return _GUARD_QUIET
+        self._guard_dirty = False
+        failing = [self._nodes[node_id] for node_id in self._unhealthy]
+        return self._guard.evaluate(
+            (GuardInput(e.node_id, e.state, e.dead_since_s) for e in failing),
+            now,
+            healthy=len(self._nodes) - len(failing),
+        )
 
     def _on_resign_requested(self, ev: ResignRequested, out: _Out) -> None:
         self._flush_progress(out, now=True)
@@ -1113,6 +1179,8 @@ class CoordinatorCore:
                 heapq.heappush(nodes, (changed, node_id))
                 continue
             del self._nodes[node_id]
+            self._unhealthy.discard(node_id)
+            self._guard_dirty = True
             self._detector.forget(node_id)
             out.retired_nodes.append(entry.record)
 
@@ -2094,6 +2162,13 @@ class CoordinatorCore:
         elif state is NodeState.LEFT:
             heapq.heappush(self._retire_nodes, (self._now_s, entry.node_id))
 
+    def _track_health(self, entry: NodeEntry) -> None:
+        self._guard_dirty = True
+        if entry.state in _LIVE:
+            self._unhealthy.discard(entry.node_id)
+        else:
+            self._unhealthy.add(entry.node_id)
+
     def _stamp_state(self, old: NodeRecord, new: NodeRecord) -> NodeRecord:
         if new.state is old.state:
             return new
@@ -2107,6 +2182,7 @@ class CoordinatorCore:
             written_term=self._term,
         )
         entry.record = stamped
+        self._track_health(entry)
         out.nodes[stamped.node_id] = stamped
 
     def _recovered(self, entry: NodeEntry, previous: NodeState) -> notices.NodeRecovered:

@@ -123,6 +123,12 @@ class FailureDetector(Protocol):
     def judge(self, node_id: str, now_s: float) -> Verdict:
         """Verdict on a watched node at ``now_s``."""
 
+    @property
+    def alive_within_s(self) -> float | None:
+        """A watched node heard at most this long ago is judged ALIVE (None: no
+        such bound). The leader's tick skips ``judge`` for those nodes: with
+        thousands attached, a verdict per node per tick was its largest cost."""
+
     def phi(self, node_id: str, now_s: float) -> float:
         """Suspicion level of a watched node (0.0 for detectors without one)."""
 
@@ -198,6 +204,11 @@ class FixedTimeoutDetector(_SilenceTracker):
         if silent > self._suspect_after_s:
             return Verdict(Liveness.SUSPECT, silent, 0.0, SuspicionReason.HEARTBEAT_TIMEOUT)
         return Verdict(Liveness.ALIVE, silent, 0.0, None)
+
+    @property
+    def alive_within_s(self) -> float | None:
+        """The suspicion timeout: a node silent no longer is ALIVE."""
+        return self._suspect_after_s
 
     def phi(self, node_id: str, now_s: float) -> float:
         """Always 0.0: the fixed timeout has no suspicion level."""
@@ -304,6 +315,11 @@ class PhiAccrualDetector(_SilenceTracker):
         silent = self._silence(node_id, now_s)
         win = self._win[node_id]
         return phi(silent, win.mean + self._acceptable_pause_s, max(win.std, self._min_std_s))
+
+    @property
+    def alive_within_s(self) -> float | None:
+        """None: phi depends on each node's window; every node is judged."""
+        return None
 
     def judge(self, node_id: str, now_s: float) -> Verdict:
         """Verdict at ``now_s``.

@@ -95,18 +95,21 @@ class MassFailureGuard:
         """The configured share."""
         return self._threshold
 
-    def evaluate(self, nodes: Iterable[GuardInput], now_s: float) -> GuardStatus:
+    def evaluate(self, nodes: Iterable[GuardInput], now_s: float, healthy: int = 0) -> GuardStatus:
         """Re-evaluate the guard at ``now_s``.
 
         Args:
-            nodes: every known node.
+            nodes: every known node, or every node but ``healthy`` ALIVE or
+                DRAINING ones (they count in the population only; the leader
+                passes the count rather than one input per node per tick).
             now_s: the leader's clock.
+            healthy: ALIVE or DRAINING nodes not in ``nodes``.
 
         Returns:
             The status, with ``changed`` set when the guard engaged or released.
         """
         start = self._episode_start_s if self._active else now_s - self._window_s
-        population = failing = dead = 0
+        population, failing, dead = healthy, 0, 0
         for node in nodes:
             if node.state is NodeState.LEFT:
                 continue

@@ -147,6 +147,13 @@ class TaskTable:
         task_id = self._by_request.get(request_id)
         return None if task_id is None else self._tasks[task_id]
 
+    def counts_by_state(self) -> dict[TaskState, int]:
+        """Task counts for every state with at least one task (no sort, no copy)."""
+        counts: dict[TaskState, int] = {}
+        for task in self._tasks.values():
+            counts[task.state] = counts.get(task.state, 0) + 1
+        return counts
+
     def records(self) -> list[TaskRecord]:
         """Every task, sorted by id."""
         return [self._tasks[k] for k in sorted(self._tasks)]

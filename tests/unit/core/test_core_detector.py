@@ -81,6 +81,32 @@ def test_fixed_timeout_verdicts_follow_the_silence() -> None:
         d.judge("a", 14.0)
 
 
+@given(
+    interval=st.floats(0.05, 5.0),
+    intervals=st.floats(1.0, 4.0),
+    margin=st.floats(0.01, 10.0),
+    silent_share=st.floats(0.0, 1.0),
+)
+def test_fixed_timeout_judges_alive_every_node_heard_within_its_bound(
+    interval: float, intervals: float, margin: float, silent_share: float
+) -> None:
+    # The leader's tick skips judge() below alive_within_s: that must be a verdict of ALIVE.
+    dead_after = interval * intervals + margin
+    d = FixedTimeoutDetector(
+        heartbeat_interval_s=interval, suspect_after_intervals=intervals, dead_after_s=dead_after
+    )
+    bound = d.alive_within_s
+    assert bound is not None
+    d.watch("a", 100.0)
+    for now in (100.0 + bound * silent_share, 100.0 + bound, 100.0 + bound + 1e-6):
+        skipped = now - 100.0 <= bound  # the tick's own test, same float arithmetic
+        assert (d.judge("a", now).liveness is Liveness.ALIVE) == skipped
+
+
+def test_phi_accrual_gives_no_alive_bound() -> None:
+    assert PhiAccrualDetector(heartbeat_interval_s=0.5, dead_after_s=3.0).alive_within_s is None
+
+
 # -- phi accrual ------------------------------------------------------------------------
 
 

@@ -99,3 +99,42 @@ def test_an_empty_digest_changes_nothing() -> None:
     before = h.core.snapshot()
     assert h.step(HeartbeatDigest((), h.now)) == []
     assert h.core.snapshot() == before
+
+
+def test_the_cheap_state_counts_agree_with_a_snapshot() -> None:
+    # The metrics read counts_by_state every half second instead of a snapshot.
+    h = _cluster()
+    h.step(HeartbeatDigest(tuple(_heartbeats(h)), h.now))
+    snapshot = h.core.snapshot()
+    nodes, tasks = h.core.counts_by_state()
+    assert nodes == snapshot.nodes_by_state()
+    assert tasks == snapshot.tasks_by_state()
+    assert sum(nodes.values()) == 3
+    assert sum(tasks.values()) == 2
+
+
+def _state_changes(h: Harness, node_id: str) -> list[tuple[float, NodeState]]:
+    changes = []
+    for _, commands in h.log:
+        for c in commands:
+            if isinstance(c, PersistNodes):
+                for r in c.records:
+                    if r.node_id == node_id and (not changes or changes[-1][1] is not r.state):
+                        changes.append((r.state_changed_at_s or 0.0, r.state))
+    return changes
+
+
+def test_ticks_that_skip_the_scan_still_judge_a_silent_node_on_time() -> None:
+    # Most ticks skip the per-node scan (nobody can be due yet); a node that
+    # falls silent is still SUSPECT on the first tick after 1 s of silence and
+    # DEAD on the first at 3 s, as with a scan on every tick.
+    h = Harness()
+    h.lead()
+    h.hello("n1")
+    h.hello("n2")
+    h.run_until(6.0, heartbeating=["n1", "n2"])
+    h.hello("n3")  # a node that joins between scans is judged too
+    h.run_until(12.0, heartbeating=["n1"])
+    assert _state_changes(h, "n2")[1:] == [(7.1, NodeState.SUSPECT), (9.0, NodeState.DEAD)]
+    assert _state_changes(h, "n3")[1:] == [(7.1, NodeState.SUSPECT), (9.0, NodeState.DEAD)]
+    assert _state_changes(h, "n1") == [(0.0, NodeState.ALIVE)]

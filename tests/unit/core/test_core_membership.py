@@ -90,6 +90,21 @@ def test_guard_engages_when_more_than_half_fail_together() -> None:
     assert (status.dead_nodes, status.total_nodes) == (5, 9)
 
 
+@pytest.mark.parametrize(
+    ("alive", "suspect", "dead", "left"),
+    [(4, 0, 5, 0), (5, 0, 5, 0), (0, 0, 2, 0), (1, 7, 1, 0), (3, 0, 1, 5), (9, 1, 0, 2)],
+)
+def test_healthy_nodes_passed_as_a_count_judge_as_passed_one_by_one(
+    alive: int, suspect: int, dead: int, left: int
+) -> None:
+    # The leader passes ALIVE nodes as a count (no input per node per tick).
+    listed, counted = _guard(), _guard()
+    for now in (10.0, 11.0, 20.0):
+        nodes = _nodes(alive=alive, suspect=suspect, dead=dead, left=left)
+        unhealthy = [n for n in nodes if n.state is not A]
+        assert counted.evaluate(unhealthy, now, healthy=alive) == listed.evaluate(nodes, now)
+
+
 def test_guard_stays_off_at_exactly_the_threshold_and_for_small_clusters() -> None:
     assert not _guard().evaluate(_nodes(alive=5, dead=5), 10.0).active  # 0.5 is not > 0.5
     assert not _guard().evaluate(_nodes(alive=0, dead=2), 10.0).active  # 2 nodes < 3

@@ -859,6 +859,7 @@ class CoordinatorApi:
             mass_failure_guard_active=guard,
             read_revision=self._cache.revision,
             now_unix_ms=convert.s_to_ms(runtime.now_s()),
+            sessions_by_replica=runtime.sessions_by_replica() if runtime.leading else {},
             quarantined=self._quarantined(),
         )
 

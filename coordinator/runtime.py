@@ -913,6 +913,15 @@ class CoordinatorRuntime:
             return ""
         return channel.held_by or self.settings.member_id
 
+    def sessions_by_replica(self) -> dict[str, int]:
+        """Open Sessions with a Hello per member id of the replica holding them."""
+        counts: dict[str, int] = {}
+        for channel in self._channels.values():
+            if channel.hello_seen:
+                holder = channel.held_by or self.settings.member_id
+                counts[holder] = counts.get(holder, 0) + 1
+        return counts
+
     def release_channel(self, channel: Channel) -> None:
         """The stream is over: forget it (the servicer feeds SessionClosed first)."""
         self._channels.pop(channel.session_id, None)

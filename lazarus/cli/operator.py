@@ -265,7 +265,10 @@ def status(
 
     --json prints the GetClusterStatusResponse (cluster_name, leader_id,
     leader_address, term, members, serving_member_id, nodes_by_state,
-    tasks_by_state, mass_failure_guard_active, read_revision, now_unix_ms).
+    tasks_by_state, mass_failure_guard_active, read_revision, now_unix_ms,
+    sessions_by_replica). "sessions" counts the agents' open Sessions per
+    replica holding them (with --fan-in followers hold some); only the
+    leader knows them.
 
     Example: lazarus status --coordinators coord-0:7070,coord-1:7070,coord-2:7070
     """
@@ -289,6 +292,9 @@ def status(
     tasks = " · ".join(f"{_styled(_task_state(c.state))} {c.count}" for c in reply.tasks_by_state)
     table.add_row("nodes", nodes or "none")
     table.add_row("tasks", tasks or "none")
+    if reply.sessions_by_replica:
+        held = sorted(reply.sessions_by_replica.items())
+        table.add_row("sessions", " · ".join(f"{member} {count}" for member, count in held))
     guard = "[red]ACTIVE: redistribution stopped[/]" if reply.mass_failure_guard_active else "off"
     table.add_row("mass-failure guard", guard)
     table.add_row("read revision", str(reply.read_revision))

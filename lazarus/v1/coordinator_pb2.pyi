@@ -218,7 +218,14 @@ class TaskStateCount(_message.Message):
     def __init__(self, state: _Optional[_Union[_records_pb2.TaskState, str]] = ..., count: _Optional[int] = ...) -> None: ...
 
 class GetClusterStatusResponse(_message.Message):
-    __slots__ = ("cluster_name", "leader_id", "leader_address", "term", "members", "serving_member_id", "nodes_by_state", "tasks_by_state", "mass_failure_guard_active", "read_revision", "now_unix_ms", "quarantined")
+    __slots__ = ("cluster_name", "leader_id", "leader_address", "term", "members", "serving_member_id", "nodes_by_state", "tasks_by_state", "mass_failure_guard_active", "read_revision", "now_unix_ms", "sessions_by_replica", "quarantined")
+    class SessionsByReplicaEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
     CLUSTER_NAME_FIELD_NUMBER: _ClassVar[int]
     LEADER_ID_FIELD_NUMBER: _ClassVar[int]
     LEADER_ADDRESS_FIELD_NUMBER: _ClassVar[int]
@@ -230,6 +237,7 @@ class GetClusterStatusResponse(_message.Message):
     MASS_FAILURE_GUARD_ACTIVE_FIELD_NUMBER: _ClassVar[int]
     READ_REVISION_FIELD_NUMBER: _ClassVar[int]
     NOW_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
+    SESSIONS_BY_REPLICA_FIELD_NUMBER: _ClassVar[int]
     QUARANTINED_FIELD_NUMBER: _ClassVar[int]
     cluster_name: str
     leader_id: str
@@ -242,8 +250,9 @@ class GetClusterStatusResponse(_message.Message):
     mass_failure_guard_active: bool
     read_revision: int
     now_unix_ms: int
+    sessions_by_replica: _containers.ScalarMap[str, int]
     quarantined: _containers.RepeatedCompositeFieldContainer[_records_pb2.QuarantinedRecord]
-    def __init__(self, cluster_name: _Optional[str] = ..., leader_id: _Optional[str] = ..., leader_address: _Optional[str] = ..., term: _Optional[int] = ..., members: _Optional[_Iterable[_Union[_records_pb2.MemberRecord, _Mapping]]] = ..., serving_member_id: _Optional[str] = ..., nodes_by_state: _Optional[_Iterable[_Union[NodeStateCount, _Mapping]]] = ..., tasks_by_state: _Optional[_Iterable[_Union[TaskStateCount, _Mapping]]] = ..., mass_failure_guard_active: _Optional[bool] = ..., read_revision: _Optional[int] = ..., now_unix_ms: _Optional[int] = ..., quarantined: _Optional[_Iterable[_Union[_records_pb2.QuarantinedRecord, _Mapping]]] = ...) -> None: ...
+    def __init__(self, cluster_name: _Optional[str] = ..., leader_id: _Optional[str] = ..., leader_address: _Optional[str] = ..., term: _Optional[int] = ..., members: _Optional[_Iterable[_Union[_records_pb2.MemberRecord, _Mapping]]] = ..., serving_member_id: _Optional[str] = ..., nodes_by_state: _Optional[_Iterable[_Union[NodeStateCount, _Mapping]]] = ..., tasks_by_state: _Optional[_Iterable[_Union[TaskStateCount, _Mapping]]] = ..., mass_failure_guard_active: _Optional[bool] = ..., read_revision: _Optional[int] = ..., now_unix_ms: _Optional[int] = ..., sessions_by_replica: _Optional[_Mapping[str, int]] = ..., quarantined: _Optional[_Iterable[_Union[_records_pb2.QuarantinedRecord, _Mapping]]] = ...) -> None: ...
 
 class WatchEventsRequest(_message.Message):
     __slots__ = ("from_revision", "types", "task_id", "node_id", "progress_interval_ms")

@@ -115,8 +115,11 @@ async def test_agents_on_followers_run_their_tasks_through_the_leader_once(
     async with cluster.channel(leader) as channel:
         stub = coordinator_pb2_grpc.CoordinatorServiceStub(channel)  # type: ignore[no-untyped-call]
         reply = await stub.ListNodes(coordinator_pb2.ListNodesRequest(), timeout=10)
+        status = await stub.GetClusterStatus(coordinator_pb2.GetClusterStatusRequest(), timeout=10)
     held = {info.record.node_id: info.liveness.session_replica for info in reply.nodes}
     assert held == {f"agent-{k}": f"coordinator-{i}" for k, i in enumerate(followers)}, held
+    # lazarus status: the Sessions each replica holds.
+    assert dict(status.sessions_by_replica) == {f"coordinator-{i}": 1 for i in followers}
     for agent, i in zip(cluster.agents, followers, strict=True):
         # Never redirected to the leader: every Session it opened was with its follower.
         opened = re.findall(r"session open with (\S+)", agent.log_path.read_text(errors="replace"))

@@ -112,6 +112,7 @@ class FakeClient:
             nodes_by_state=[C.NodeStateCount(state=R.NODE_STATE_ALIVE, count=3)],
             tasks_by_state=[C.TaskStateCount(state=R.TASK_STATE_RUNNING, count=5)],
             read_revision=42,
+            sessions_by_replica={"coordinator-1": 1, "coordinator-2": 2},
         )
 
     async def nodes(self, **filters: Any) -> list[Any]:
@@ -249,12 +250,15 @@ def test_status_table_and_json(fake: FakeClient) -> None:
     assert result.exit_code == 0, result.output
     for text in ("cluster prod", "coordinator-1 at 10.0.0.1:7070", "ALIVE 3", "RUNNING 5"):
         assert text in result.output
+    # The Sessions each replica holds (fan-in: followers hold some).
+    assert "coordinator-1 1 · coordinator-2 2" in result.output
     doc = _json(run("status", "--json").output)
     assert doc["cluster_name"] == "prod"
     assert doc["leader_address"] == "10.0.0.1:7070"
     assert doc["term"] == "7"  # uint64: a string in the proto3 JSON mapping
     assert doc["tasks_by_state"] == [{"state": "TASK_STATE_RUNNING", "count": "5"}]
     assert doc["mass_failure_guard_active"] is False  # defaults are printed
+    assert doc["sessions_by_replica"] == {"coordinator-1": 1, "coordinator-2": 2}
 
 
 def test_nodes_table_json_and_state_filter(fake: FakeClient) -> None:

@@ -968,12 +968,13 @@ class CoordinatorCore:
             out.notices.append(self._recovered(entry, previous))
             entry.unavailable_since_s = None
         self._send(entry, HeartbeatAck(ev.seq, self._term, entry.state), out)
-        running = {(p.task_id, p.epoch) for p in ev.tasks}
-        for owned in self._tasks.owned_by(ev.node_id):
-            if self._revoking.get(owned.task_id) == owned.epoch and (
-                (owned.task_id, owned.epoch) not in running
-            ):
-                self._stopped_after_revoke(owned, out)
+        if self._revoking:  # rare: a release timed out; most heartbeats skip this
+            running = {(p.task_id, p.epoch) for p in ev.tasks}
+            for owned in self._tasks.owned_by(ev.node_id):
+                if self._revoking.get(owned.task_id) == owned.epoch and (
+                    (owned.task_id, owned.epoch) not in running
+                ):
+                    self._stopped_after_revoke(owned, out)
         for progress in sorted(ev.tasks, key=lambda p: (p.task_id, p.epoch)):
             key = (progress.task_id, progress.epoch)
             if key in entry.revoked:

@@ -93,6 +93,8 @@ from coordinator.core.errors import CoreError
 from coordinator.core.events import (
     Event,
     GoodbyeReceived,
+    HeartbeatDigest,
+    HeartbeatReceived,
     LeadershipAcquired,
     LeadershipLost,
     SessionClosed,
@@ -152,6 +154,13 @@ class FleetConfig:
             the leaders), the follower carries it to the next leader with a
             ``Reattach``; the agent's new Hello reaches that leader on the same
             stream. No leader reachable then: the follower ends the stream.
+            Also with ``fan_in``, about half of all Sessions are forwarded by a
+            follower (every reattached one is): the leader receives their
+            messages in batches that linger ``batch_linger_s`` and steps each
+            batch's heartbeats as one ``HeartbeatDigest``, except a heartbeat
+            queued behind an older message of its Session in the batch, which
+            is stepped after that message (``ForwardService._read``).
+        batch_linger_s: a follower's batch linger (``forwarding.BATCH_LINGER_S``).
         agent_tick_s: the agent shell's tick period (its own clock).
         step_s: a task handler's step (one checkpoint) takes this long.
         fence_lead_s: ``AgentCore(fence_lead_s=...)``.
@@ -175,6 +184,7 @@ class FleetConfig:
     stalls: bool = True
     partial_writes: bool = True
     fan_in: bool = True
+    batch_linger_s: float = 0.05
     agent_tick_s: float = 0.2
     step_s: float = 0.3
     fence_lead_s: float = 0.5
@@ -206,6 +216,7 @@ class FleetReport:
     partial_writes: int = 0  # steps whose first etcd write committed and the rest never did
     takeovers: int = 0  # a new incarnation replaced a previous one (store proof or holder DEAD)
     reattaches: int = 0  # Sessions a follower carried to the next leader (fan-in)
+    digested: int = 0  # heartbeats a leader stepped in a HeartbeatDigest (fan-in)
 
 
 # ---------------------------------------------------------------------------
@@ -287,6 +298,7 @@ class _Stream:
     leader_open: bool = True
     hello_seen: bool = False
     node_id: str = ""
+    forwarded: bool = False  # held by a follower: reaches the leader in batches (fan-in)
     up_at: float = 0.0  # FIFO: last arrival time per direction
     down_at: float = 0.0
 
@@ -319,6 +331,7 @@ class _Leader:
     lost: bool = False  # stepped LeadershipLost after a fenced write failed
     cut_mid_step: bool = False  # its lease runs out after the first write of a step with two
     streams: dict[str, _Stream] = field(default_factory=dict)
+    batch: list[tuple[_Stream, bytes]] = field(default_factory=list)  # forwarded, not yet read
 
 
 # ---------------------------------------------------------------------------
@@ -575,10 +588,16 @@ class FleetSimulation:
         hello = proc.core.hello(self._local(proc), self._wall_ms(proc))
         self._send_up(proc, agent_convert.hello_to_pb(hello, proc.hello))
 
-    def _open_stream(self, proc: _Proc, leader: _Leader) -> _Stream:
-        """A new Session stream of ``proc`` to ``leader``, now the process's current one."""
+    def _open_stream(self, proc: _Proc, leader: _Leader, *, forwarded: bool = False) -> _Stream:
+        """A new Session stream of ``proc`` to ``leader``, now the process's current one.
+
+        ``forwarded``: held by a follower; otherwise, with fan-in, it is one
+        time in two (the agent dialled a follower).
+        """
         self._sids += 1
-        stream = _Stream(f"s{self._sids}", proc, leader)
+        if self.config.fan_in and not forwarded:
+            forwarded = self.rng.random() < 0.5
+        stream = _Stream(f"s{self._sids}", proc, leader, forwarded=forwarded)
         stream.up_at = stream.down_at = self.now
         leader.streams[stream.sid] = stream
         proc.stream = stream
@@ -900,6 +919,51 @@ class FleetSimulation:
         self._proc_at(proc, arrive, lambda: self._agent_receive(stream, raw))
 
     def _leader_receive(self, stream: _Stream, raw: bytes) -> None:
+        """A message reaches the leader: at once, or in its follower's next batch."""
+        leader = stream.leader
+        if not stream.forwarded:
+            self._leader_step_message(stream, raw)
+            return
+        if not leader.batch:
+            self._at(self.now + self.config.batch_linger_s, lambda: self._read_batch(leader))
+        leader.batch.append((stream, raw))
+
+    def _read_batch(self, leader: _Leader) -> None:
+        """``ForwardService._read``: a batch's heartbeats as one digest, then the rest in order.
+
+        A heartbeat whose Session has an older message in the batch (a Hello
+        not yet stepped, a task update) is stepped after that message, as the
+        leader's Session servicer does; every other heartbeat goes into the
+        batch's ``HeartbeatDigest``, stepped first.
+        """
+        batch, leader.batch = leader.batch, []
+        digest: list[HeartbeatReceived] = []
+        behind: list[tuple[_Stream, bytes]] = []
+        queued: set[str] = set()
+        for stream, raw in batch:
+            if stream.broken or not stream.leader_open or not leader.alive:
+                continue
+            message = agent_pb2.AgentMessage.FromString(raw)
+            if (
+                message.WhichOneof("body") == "heartbeat"
+                and stream.hello_seen
+                and stream.sid not in queued
+            ):
+                digest.append(
+                    convert.heartbeat_to_event(
+                        stream.sid, stream.node_id, message.heartbeat, self.now
+                    )
+                )
+                continue
+            queued.add(stream.sid)
+            behind.append((stream, raw))
+        if digest:
+            self.report.digested += len(digest)
+            self._feed(leader, HeartbeatDigest(tuple(digest), self.now))
+        for stream, raw in behind:
+            self._leader_step_message(stream, raw)
+
+    def _leader_step_message(self, stream: _Stream, raw: bytes) -> None:
         """``AgentSessionService._receive``: bytes -> event -> the leader's core."""
         leader = stream.leader
         if stream.broken or not stream.leader_open or not leader.alive:
@@ -967,7 +1031,7 @@ class FleetSimulation:
             if not leader.alive or leader.lost or self._partitioned(proc.node_id):
                 self._agent_stream_ended(stream)
                 return
-            self._open_stream(proc, leader)
+            self._open_stream(proc, leader, forwarded=True)
             self.report.reattaches += 1
             message = agent_records.Reattach(term=leader.term)
             self._agent_exec(

@@ -45,7 +45,7 @@ def test_a_seed_replays_exactly() -> None:
 
 def test_the_fault_set_is_exercised() -> None:
     faults: dict[str, int] = {}
-    fences = refusals = starts = takeovers = partial_writes = reattaches = 0
+    fences = refusals = starts = takeovers = partial_writes = reattaches = digested = 0
     for seed in range(60):
         report = FleetSimulation(seed).run()
         for name, count in report.faults.items():
@@ -56,6 +56,7 @@ def test_the_fault_set_is_exercised() -> None:
         takeovers += report.takeovers
         partial_writes += report.partial_writes
         reattaches += report.reattaches
+        digested += report.digested
     for kind in (
         "partition",
         "break",
@@ -75,6 +76,7 @@ def test_the_fault_set_is_exercised() -> None:
     assert takeovers > 0  # restarts took over their previous incarnation
     assert partial_writes > 0  # leaders lost their lease between a step's etcd writes
     assert reattaches > 0  # followers carried Sessions to the next leader (fan-in)
+    assert digested > 0  # leaders stepped forwarded heartbeats as liveness digests
     assert starts > 60 * SHAPES["default"].tasks  # tasks moved and resumed
 
 

@@ -26,7 +26,7 @@ another leader, ``CoordinatorRuntime.on_leader_observed``, so a paused old
 leader does not keep Sessions hanging) the Sessions it carried are
 *detached*, not ended: the agents' streams stay open. Once a leader answers
 (this replica itself, over a link to itself, if it now leads), each detached
-agent gets a ``Reattach`` (agent.proto), at most :data:`REATTACH_RATE_PER_S`;
+agent gets a ``Reattach`` (agent.proto), paced by :data:`RELAY_SETTINGS`;
 the agent ends its session with the old leader as on a reconnect and sends a
 fresh Hello on the same stream, which opens a forwarded Session at the new
 leader. A channel to a leader is waited for at most
@@ -70,6 +70,13 @@ from google.protobuf.message import DecodeError
 
 from coordinator import convert
 from coordinator.core import HeartbeatDigest, HeartbeatReceived
+from coordinator.core.relay import (
+    RelaySettings,
+    Route,
+    SessionRelay,
+    digest_eligible,
+    leader_end_detaches,
+)
 from coordinator.runtime import Channel, CoordinatorRuntime
 from lazarus.tls import ClientTls
 from lazarus.v1 import agent_pb2, replica_pb2
@@ -410,10 +417,8 @@ class ForwardService:
                         channel = held[2].channel if held is not None else None
                         if (
                             held is not None
-                            and held[2].backlog == 0
                             and channel is not None
-                            and channel.hello_seen
-                            and not channel.closed
+                            and digest_eligible(held[2].backlog, channel.hello_seen, channel.closed)
                         ):
                             heartbeat = entry.heartbeat
                             channel.remember_heartbeat(heartbeat)
@@ -518,7 +523,6 @@ class _Held:
         self.inbox: Inbox = asyncio.Queue()
         self.link: _Link | None = None
         self.sid = ""
-        self.awaiting_hello_since: float | None = None
         self.heard: dict[int, float] = {}
 
 
@@ -598,7 +602,7 @@ class _Link:
             return
         del self.sessions[entry.session_id]
         held.link, held.sid = None, ""
-        if entry.end.code == grpc.StatusCode.UNAVAILABLE.value[0]:
+        if leader_end_detaches(entry.end.code):
             self._detached(held)  # the leader stopped leading: carry it to the next one
         else:
             held.inbox.put_nowait(entry.end)
@@ -670,11 +674,9 @@ class _Link:
             await self._reader
 
 
-REATTACH_RATE_PER_S = 500.0
-"""Sessions a follower asks to say Hello again per second, after its leader changed."""
-
-REATTACH_HELLO_TIMEOUT_S = 5.0
-"""An agent that sends no Hello this long after a Reattach has its stream ended (UNAVAILABLE)."""
+RELAY_SETTINGS = RelaySettings(reattach_rate_per_s=500.0, reattach_hello_timeout_s=5.0)
+"""At most 500 Reattaches a second after a leader change; an agent that sends no
+Hello 5 s after its Reattach has its stream ended (UNAVAILABLE)."""
 
 RELINK_INTERVAL_S = 0.1
 """How often a follower with detached Sessions looks for a leader to carry them to."""
@@ -686,12 +688,13 @@ class SessionForwarder:
     When the leader goes (its link breaks, the election shows another one, or
     it ends a Session with UNAVAILABLE), the Sessions it carried are
     *detached*, not ended: the agents' streams stay open. As soon as a leader
-    answers again, each detached agent gets a ``Reattach`` (at most
-    :data:`REATTACH_RATE_PER_S`, spreading the new leader's Hellos) and its
-    next Hello opens a forwarded Session there; until then its messages are
+    answers again, each detached agent gets a ``Reattach`` (paced by
+    :data:`RELAY_SETTINGS`, spreading the new leader's Hellos) and its next
+    Hello opens a forwarded Session there; until then its messages are
     dropped (the agent re-sends what matters after the Welcome, as after any
-    reconnect). An agent that does not answer a Reattach with a Hello within
-    :data:`REATTACH_HELLO_TIMEOUT_S` is ended with UNAVAILABLE.
+    reconnect). An agent that does not answer a Reattach with a Hello in time
+    is ended with UNAVAILABLE. Those decisions are the pure
+    ``coordinator.core.relay.SessionRelay``'s; this class carries them out.
 
     Args:
         runtime: the replica's runtime (its election names the leader).
@@ -715,7 +718,7 @@ class SessionForwarder:
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._connecting = asyncio.Lock()
         self._held: set[_Held] = set()
-        self._detached: dict[_Held, None] = {}  # insertion-ordered set
+        self._relay: SessionRelay[_Held] = SessionRelay(RELAY_SETTINGS)
         self._reattacher: asyncio.Task[None] | None = None
         self._failed: tuple[str, int, float] | None = None
         runtime.on_leader_observed(self._leader_observed)
@@ -730,10 +733,12 @@ class SessionForwarder:
 
     def _detach(self, held: _Held) -> None:
         if held in self._held:
-            held.awaiting_hello_since = None
-            self._detached[held] = None
-            if self._reattacher is None or self._reattacher.done():
-                self._reattacher = asyncio.create_task(self._reattach(), name="fan-in-reattach")
+            self._relay.detach(held)
+            self._wake_reattacher()
+
+    def _wake_reattacher(self) -> None:
+        if self._reattacher is None or self._reattacher.done():
+            self._reattacher = asyncio.create_task(self._reattach(), name="fan-in-reattach")
 
     async def _current_link(self, to_self: bool = False) -> _Link | None:
         """The open link to the leader, or a new one; None when no leader answers.
@@ -787,42 +792,38 @@ class SessionForwarder:
 
     async def _reattach(self) -> None:
         """Carry detached Sessions to the next leader that answers; until none is left."""
-        while self._detached or any(h.awaiting_hello_since is not None for h in self._held):
-            self._expire_reattaches()
-            if not self._detached:
+        relay = self._relay
+        timeout_s = relay.settings.reattach_hello_timeout_s
+        announced: _Link | None = None
+        while relay.pending:
+            for held in relay.expired(time.monotonic()):
+                self._end(held, f"no Hello {timeout_s:g} s after Reattach")
+            if not relay.detached:
                 await asyncio.sleep(RELINK_INTERVAL_S)
                 continue
             link = await self._current_link(to_self=True)
             if link is None:
                 await asyncio.sleep(RELINK_INTERVAL_S)
                 continue
+            if announced is not link:
+                announced = link
+                _log.info(
+                    "carrying %d Session(s) to the leader at %s (term %d)",
+                    relay.detached,
+                    link.address,
+                    link.term,
+                )
             reattach = agent_pb2.CoordinatorMessage(
                 reattach=agent_pb2.Reattach(term=link.term)
             ).SerializeToString()
-            _log.info(
-                "carrying %d Session(s) to the leader at %s (term %d)",
-                len(self._detached),
-                link.address,
-                link.term,
-            )
-            while self._detached and not link.closed:
-                held = next(iter(self._detached))
-                del self._detached[held]
+            for held in relay.reattach(time.monotonic()):
                 held.link = link
-                held.awaiting_hello_since = time.monotonic()
                 held.inbox.put_nowait(reattach)
-                await asyncio.sleep(1.0 / REATTACH_RATE_PER_S)
-
-    def _expire_reattaches(self) -> None:
-        now = time.monotonic()
-        for held in list(self._held):
-            since = held.awaiting_hello_since
-            if since is not None and now - since > REATTACH_HELLO_TIMEOUT_S:
-                self._end(held, f"no Hello {REATTACH_HELLO_TIMEOUT_S:g} s after Reattach")
+            wait_s = relay.next_reattach_s() - time.monotonic()
+            await asyncio.sleep(min(RELINK_INTERVAL_S, max(0.0, wait_s)))
 
     def _end(self, held: _Held, reason: str) -> None:
-        self._detached.pop(held, None)
-        held.awaiting_hello_since = None
+        self._relay.released(held)
         held.inbox.put_nowait(
             replica_pb2.SessionEnd(code=grpc.StatusCode.UNAVAILABLE.value[0], reason=reason)
         )
@@ -843,6 +844,7 @@ class SessionForwarder:
             return False
         held = _Held()
         self._held.add(held)
+        self._relay.held(held)
         link.open(held)
         observer = self._observer
         observer.forwarded_sessions("follower", 1)
@@ -861,7 +863,7 @@ class SessionForwarder:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await reader
             self._held.discard(held)
-            self._detached.pop(held, None)
+            self._relay.released(held)
             if held.link is not None and held.sid:
                 held.link.forget(held.sid)
             observer.forwarded_sessions("follower", -1)
@@ -872,19 +874,20 @@ class SessionForwarder:
         try:
             async for raw in requests:
                 message = _parse_agent_message(raw)
-                if held.awaiting_hello_since is not None:
-                    # After a Reattach: everything before the new Hello is dropped.
-                    if message is None or message.WhichOneof("body") != "hello":
-                        continue
-                    link = held.link
-                    held.awaiting_hello_since = None
-                    if link is None or link.closed:
-                        self._detach(held)
-                        continue
-                    link.open(held)
                 link = held.link
-                if link is None or not held.sid:
-                    continue  # detached: the agent's heartbeats have nobody to reach
+                route = self._relay.route(
+                    held,
+                    hello=message is not None and message.WhichOneof("body") == "hello",
+                    link_open=link is not None and not link.closed,
+                    attached=link is not None and bool(held.sid),
+                )
+                if route is Route.DETACH:
+                    self._wake_reattacher()  # the awaited Hello, its link gone: next leader
+                    continue
+                if route is Route.DROP or link is None:
+                    continue  # detached, or not the Hello awaited after a Reattach
+                if route is Route.OPEN:
+                    link.open(held)
                 if message is not None and message.WhichOneof("body") == "heartbeat":
                     held.heard[message.heartbeat.seq] = time.monotonic()
                     while len(held.heard) > 64:
@@ -919,7 +922,6 @@ class SessionForwarder:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._reattacher
         if self._link is not None:
-            self._detached.clear()
             await self._link.close()
         for channel in self._channels.values():
             with contextlib.suppress(Exception):

@@ -1,0 +1,210 @@
+"""Fan-in's relay decisions, sans-IO: what a replica does with the agents' Sessions it carries.
+
+Theory of operation (issue 20, ``docs/fan-in.md`` section 8). With fan-in a
+follower holds agents' Session streams and carries each over its Forward
+stream to the leader (``coordinator.forwarding``, the shell). When the leader
+goes, the Sessions are *detached*, not ended; once a leader answers, each gets
+a ``Reattach`` (at most ``reattach_rate_per_s``), after which the agent's next
+Hello opens a Session at the new leader on the same stream; an agent that
+sends no Hello within ``reattach_hello_timeout_s`` is ended. The leader, for
+its part, steps a forwarded heartbeat in the batch's liveness digest only
+when that cannot reorder its Session (:func:`digest_eligible`).
+
+:class:`SessionRelay` holds each carried Session's state and makes those
+decisions; the shell feeds it what it observed (a link lost, the leader's end
+of a Session, an agent's message, time) and carries out what it answers. It
+is generic in the shell's handle for a Session (any hashable key).
+
+Pure: time is passed in (``now_s``, the replica's monotonic seconds); nothing
+here reads a clock, a socket or a random source.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Hashable
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+from coordinator.core.errors import UsageError
+
+__all__ = [
+    "UNAVAILABLE",
+    "Carry",
+    "RelaySettings",
+    "Route",
+    "SessionRelay",
+    "digest_eligible",
+    "leader_end_detaches",
+]
+
+K = TypeVar("K", bound=Hashable)
+
+UNAVAILABLE = 14
+"""gRPC status code UNAVAILABLE: how a leader ends a Session when it stops leading."""
+
+
+class Carry(enum.Enum):
+    """Where a carried Session stands."""
+
+    ATTACHED = "attached"  # carried to a leader (or about to be)
+    DETACHED = "detached"  # its leader went; waiting for the next to answer
+    AWAITING_HELLO = "awaiting_hello"  # sent a Reattach; the agent's Hello is due
+
+
+class Route(enum.Enum):
+    """What to do with one message from an agent."""
+
+    FORWARD = "forward"  # send it on the Session's link
+    DROP = "drop"  # nobody to reach, or not the Hello awaited after a Reattach
+    OPEN = "open"  # the awaited Hello: open a Session on the current link, then forward it
+    DETACH = "detach"  # the awaited Hello, but that link is gone: detach again
+
+
+@dataclass(frozen=True, slots=True)
+class RelaySettings:
+    """Pacing and patience of the relay.
+
+    Attributes:
+        reattach_rate_per_s: Reattaches sent per second at most, after a
+            leader change (spreads the new leader's Hellos).
+        reattach_hello_timeout_s: an agent that sends no Hello this long after
+            its Reattach is ended (UNAVAILABLE; it redials).
+    """
+
+    reattach_rate_per_s: float = 500.0
+    reattach_hello_timeout_s: float = 5.0
+
+    def __post_init__(self) -> None:
+        for name in ("reattach_rate_per_s", "reattach_hello_timeout_s"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value > 0):
+                raise UsageError(f"{name}: must be finite and > 0, got {value!r}")
+
+
+def leader_end_detaches(code: int) -> bool:
+    """Whether the leader's end of a forwarded Session detaches it (True) or ends the agent's.
+
+    UNAVAILABLE means the leader stopped leading: the agent's Session is
+    carried to the next one. Any other status is the leader's verdict on the
+    Session (a refusal, a bad message, a replaced Session) and ends it.
+    """
+    return code == UNAVAILABLE
+
+
+def digest_eligible(backlog: int, hello_stepped: bool, closed: bool) -> bool:
+    """Whether the leader may step a forwarded heartbeat in its batch's liveness digest.
+
+    Args:
+        backlog: the Session's messages queued before it and not yet stepped.
+        hello_stepped: the Session's Hello was stepped (it is bound to a node).
+        closed: the Session is closing.
+
+    Returns:
+        True only when nothing older of its Session waits, so stepping it
+        now cannot reorder the Session; otherwise it queues behind.
+    """
+    return backlog == 0 and hello_stepped and not closed
+
+
+class SessionRelay(Generic[K]):
+    """The carried Sessions of one replica and their relay state; see the module docstring."""
+
+    def __init__(self, settings: RelaySettings | None = None) -> None:
+        self._settings = settings if settings is not None else RelaySettings()
+        self._state: dict[K, Carry] = {}
+        self._since: dict[K, float] = {}  # AWAITING_HELLO: when the Reattach went
+        self._detached: dict[K, None] = {}  # DETACHED, in the order they were detached
+        self._next_reattach_s = -math.inf
+
+    @property
+    def settings(self) -> RelaySettings:
+        """The settings in force."""
+        return self._settings
+
+    def state(self, key: K) -> Carry | None:
+        """The Session's state (None when not carried)."""
+        return self._state.get(key)
+
+    @property
+    def detached(self) -> int:
+        """Sessions waiting for a leader."""
+        return len(self._detached)
+
+    @property
+    def pending(self) -> bool:
+        """Some Session is detached or awaits its Hello: the reattach loop has work."""
+        return bool(self._detached) or bool(self._since)
+
+    def held(self, key: K) -> None:
+        """A new Session is carried, attached to the current link."""
+        self._state[key] = Carry.ATTACHED
+
+    def released(self, key: K) -> None:
+        """The Session is over (its stream ended): forget it."""
+        self._state.pop(key, None)
+        self._since.pop(key, None)
+        self._detached.pop(key, None)
+
+    def detach(self, key: K) -> None:
+        """Its link went (the leader crashed, resigned, another leads): wait for the next leader."""
+        if key not in self._state:
+            return
+        self._state[key] = Carry.DETACHED
+        self._since.pop(key, None)
+        self._detached[key] = None
+
+    def route(self, key: K, *, hello: bool, link_open: bool, attached: bool) -> Route:
+        """What to do with a message from the agent of Session ``key``.
+
+        Args:
+            key: the Session.
+            hello: the message is a Hello.
+            link_open: the link the Session was last given is open.
+            attached: the Session has a forwarded Session on that link.
+
+        Returns:
+            The route; an OPEN or DETACH also moves the Session's state.
+        """
+        state = self._state.get(key)
+        if state is Carry.AWAITING_HELLO:
+            if not hello:
+                return Route.DROP  # everything before the new Hello is dropped
+            self._since.pop(key, None)
+            if not link_open:
+                self.detach(key)
+                return Route.DETACH
+            self._state[key] = Carry.ATTACHED
+            return Route.OPEN
+        if state is Carry.ATTACHED and attached:
+            return Route.FORWARD
+        return Route.DROP  # detached (or not carried): its messages have nobody to reach
+
+    def reattach(self, now_s: float) -> list[K]:
+        """Detached Sessions due a Reattach now that a leader answers, at most the rate.
+
+        Each returned Session awaits its agent's Hello from ``now_s``.
+        """
+        due: list[K] = []
+        interval = 1.0 / self._settings.reattach_rate_per_s
+        while self._detached and self._next_reattach_s <= now_s:
+            key = next(iter(self._detached))
+            del self._detached[key]
+            self._state[key] = Carry.AWAITING_HELLO
+            self._since[key] = now_s
+            self._next_reattach_s = max(self._next_reattach_s, now_s) + interval
+            due.append(key)
+        return due
+
+    def next_reattach_s(self) -> float:
+        """When :meth:`reattach` may next return a Session (-inf: now)."""
+        return self._next_reattach_s
+
+    def expired(self, now_s: float) -> list[K]:
+        """Sessions whose agent sent no Hello in time after its Reattach; they are released."""
+        timeout = self._settings.reattach_hello_timeout_s
+        late = [key for key, since in self._since.items() if now_s - since > timeout]
+        for key in late:
+            self.released(key)
+        return late

@@ -1,0 +1,136 @@
+"""``SessionRelay``: the follower's relay decisions for the Sessions it carries (issue 20).
+
+The shell (``coordinator/forwarding.py``) only carries these out; the integration
+tests (``tests/integration/test_fanin.py``) show the whole on real processes.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from coordinator.core.errors import UsageError
+from coordinator.core.relay import (
+    UNAVAILABLE,
+    Carry,
+    RelaySettings,
+    Route,
+    SessionRelay,
+    digest_eligible,
+    leader_end_detaches,
+)
+
+
+def _relay(rate: float = 10.0, timeout: float = 5.0) -> SessionRelay[str]:
+    return SessionRelay(RelaySettings(reattach_rate_per_s=rate, reattach_hello_timeout_s=timeout))
+
+
+def test_an_attached_session_forwards_and_a_detached_one_drops() -> None:
+    relay = _relay()
+    relay.held("a")
+    assert relay.route("a", hello=False, link_open=True, attached=True) is Route.FORWARD
+    # Attached to a link that has not opened its forwarded Session: nothing to reach.
+    assert relay.route("a", hello=False, link_open=True, attached=False) is Route.DROP
+    relay.detach("a")
+    assert relay.state("a") is Carry.DETACHED
+    assert relay.route("a", hello=True, link_open=True, attached=True) is Route.DROP
+    assert relay.pending
+
+
+def test_after_a_reattach_only_the_hello_opens_a_session_on_the_new_link() -> None:
+    relay = _relay()
+    relay.held("a")
+    relay.detach("a")
+    assert relay.reattach(1.0) == ["a"]
+    assert relay.state("a") is Carry.AWAITING_HELLO
+    # Whatever the agent sent before its new Hello is dropped.
+    assert relay.route("a", hello=False, link_open=True, attached=False) is Route.DROP
+    assert relay.route("a", hello=True, link_open=True, attached=False) is Route.OPEN
+    assert relay.state("a") is Carry.ATTACHED
+    assert not relay.pending
+
+
+def test_a_hello_after_the_new_link_broke_detaches_again() -> None:
+    relay = _relay()
+    relay.held("a")
+    relay.detach("a")
+    relay.reattach(1.0)
+    assert relay.route("a", hello=True, link_open=False, attached=False) is Route.DETACH
+    assert relay.state("a") is Carry.DETACHED
+    assert relay.detached == 1
+
+
+def test_reattaches_are_paced_at_the_rate_in_detach_order() -> None:
+    relay = _relay(rate=10.0)  # one per 0.1 s
+    for key in "abcde":
+        relay.held(key)
+        relay.detach(key)
+    sent: list[tuple[float, str]] = []
+    now = 0.0
+    while relay.detached:
+        sent += [(now, key) for key in relay.reattach(now)]
+        now = round(now + 0.01, 6)
+    assert [key for _, key in sent] == list("abcde")
+    times = [t for t, _ in sent]
+    assert all(b - a >= 0.1 - 1e-9 for a, b in itertools.pairwise(times))
+    assert times[0] == 0.0
+    assert times[-1] < 0.45  # four intervals, give or take a poll of the 10 ms loop
+
+
+def test_an_idle_relay_does_not_save_up_a_burst() -> None:
+    relay = _relay(rate=10.0)
+    relay.held("a")
+    relay.detach("a")
+    assert relay.reattach(0.0) == ["a"]
+    for key in "bcd":
+        relay.held(key)
+        relay.detach(key)
+    # Long after the last Reattach: one now, the next only an interval later.
+    assert relay.reattach(100.0) == ["b"]
+    assert relay.reattach(100.05) == []
+    assert relay.reattach(100.1) == ["c"]
+
+
+def test_an_agent_silent_after_its_reattach_is_ended_after_the_timeout() -> None:
+    relay = _relay(timeout=5.0)
+    relay.held("a")
+    relay.held("b")
+    relay.detach("a")
+    relay.detach("b")
+    relay.reattach(0.0)
+    relay.reattach(0.1)
+    assert relay.expired(5.0) == []
+    assert relay.expired(5.05) == ["a"]
+    assert relay.state("a") is None
+    assert relay.route("b", hello=True, link_open=True, attached=False) is Route.OPEN
+    assert relay.expired(100.0) == []  # b answered in time
+
+
+def test_a_released_or_unknown_session_is_never_detached_or_reattached() -> None:
+    relay = _relay()
+    relay.detach("ghost")
+    relay.held("a")
+    relay.released("a")
+    relay.detach("a")
+    assert relay.reattach(0.0) == []
+    assert not relay.pending
+
+
+def test_only_unavailable_from_the_leader_detaches() -> None:
+    assert leader_end_detaches(UNAVAILABLE)
+    for code in (0, 1, 3, 8, 9, 13, 16):  # OK, CANCELLED, INVALID_ARGUMENT, ...
+        assert not leader_end_detaches(code)
+
+
+def test_a_heartbeat_joins_the_digest_only_when_it_cannot_reorder_its_session() -> None:
+    assert digest_eligible(0, hello_stepped=True, closed=False)
+    assert not digest_eligible(1, hello_stepped=True, closed=False)  # an older message waits
+    assert not digest_eligible(0, hello_stepped=False, closed=False)  # its Hello is not stepped
+    assert not digest_eligible(0, hello_stepped=True, closed=True)
+
+
+@pytest.mark.parametrize("field", ["reattach_rate_per_s", "reattach_hello_timeout_s"])
+def test_settings_refuse_non_positive_values(field: str) -> None:
+    with pytest.raises(UsageError, match=field):
+        RelaySettings(**{field: 0.0})

@@ -26,7 +26,13 @@ from node_agent import core as agent_core
 from node_agent.core import AgentCore, SessionState, SlotState
 from node_agent.core import records as agent_records
 
-MUTATION_SEEDS = 200
+MUTATION_SEEDS = 1000
+"""Seeds each mutation may take to be caught. 200 sufficed until the model
+carried fan-in's liveness digests: half the Sessions' heartbeats now reach the
+leader up to a 50 ms batch later, which widens the margins some mutations eat
+into (the slowest, "margin forgets the heartbeat interval", is caught at seed
+898; three more at 178). Each stops at its first failure, so this costs about
+30 s in all."""
 
 
 @dataclass(frozen=True)

@@ -63,6 +63,7 @@ __all__ = [
     "checkpoint_from_pb",
     "checkpoint_to_pb",
     "directive_to_pb",
+    "heartbeat_ack_to_pb",
     "heartbeat_to_event",
     "held_task_from_pb",
     "hello_to_event",
@@ -590,6 +591,26 @@ def task_update_to_event(
 # ---------------------------------------------------------------------------
 
 
+def heartbeat_ack_to_pb(
+    directive: d.HeartbeatAck, now_s: float | None, echo: tuple[int, int] = (0, 0)
+) -> agent_pb2.HeartbeatAck:
+    """A HeartbeatAck directive -> its message, received at ``now_s`` (leader clock).
+
+    Args:
+        directive: the core's ack.
+        now_s: the leader's clock (``received_at_unix_ms``; None: 0).
+        echo: the heartbeat's (sent_at_unix_ms, sent_at_monotonic_ms), echoed.
+    """
+    return agent_pb2.HeartbeatAck(
+        seq=directive.seq,
+        sent_at_unix_ms=echo[0],
+        sent_at_monotonic_ms=echo[1],
+        received_at_unix_ms=s_to_ms(now_s),
+        term=directive.term,
+        node_state=directive.node_state.value,  # type: ignore[arg-type]
+    )
+
+
 def directive_to_pb(
     directive: d.Directive,
     *,
@@ -632,14 +653,7 @@ def directive_to_pb(
             )
         )
     if isinstance(directive, d.HeartbeatAck):
-        return agent_pb2.CoordinatorMessage(
-            heartbeat_ack=agent_pb2.HeartbeatAck(
-                seq=directive.seq,
-                received_at_unix_ms=now_ms,
-                term=directive.term,
-                node_state=directive.node_state.value,  # type: ignore[arg-type]
-            )
-        )
+        return agent_pb2.CoordinatorMessage(heartbeat_ack=heartbeat_ack_to_pb(directive, now_s))
     if isinstance(directive, d.Assign):
         assign = agent_pb2.Assign(
             task_id=directive.task_id,

@@ -62,6 +62,7 @@ import itertools
 import logging
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from dataclasses import dataclass
 from typing import Any, NoReturn, Protocol
 
 import grpc
@@ -233,6 +234,15 @@ class _ForwardedContext:
     def peer(self) -> str:
         return self._peer
 
+    def digest_event(self, heartbeat: agent_pb2.Heartbeat) -> HeartbeatReceived | None:
+        """The heartbeat as a digest entry, or None when it must queue behind its Session
+        (``coordinator.core.relay.digest_eligible``)."""
+        channel = self.channel
+        if channel is None or not digest_eligible(self.backlog, channel.hello_seen, channel.closed):
+            return None
+        channel.remember_heartbeat(heartbeat)
+        return convert.heartbeat_to_event(channel.session_id, channel.node_id, heartbeat, 0.0)
+
     def bind(self, channel: Channel) -> None:
         """The servicer opened ``channel`` for this Session: acks may go straight out."""
         self.channel = channel
@@ -264,8 +274,23 @@ class _StreamBroke(Exception):
 Inbox = asyncio.Queue[bytes | replica_pb2.SessionEnd]
 """One forwarded Session's incoming side: agent messages, then how it ended."""
 
-Held = dict[str, tuple[Inbox, "asyncio.Task[None]", _ForwardedContext]]
-"""A leader's forwarded Sessions of one stream: inbox, the task serving it, its context."""
+
+@dataclass(slots=True)
+class _Served:
+    """One forwarded Session the leader serves: its inbox, the task serving it, its context."""
+
+    inbox: Inbox
+    task: asyncio.Task[None]
+    context: _ForwardedContext
+
+    def queue(self, item: bytes | replica_pb2.SessionEnd) -> None:
+        """Hand ``item`` to the Session servicer, behind what is already queued."""
+        self.context.backlog += 1
+        self.inbox.put_nowait(item)
+
+
+Held = dict[str, _Served]
+"""A leader's forwarded Sessions of one stream, by the follower's Session id."""
 
 
 async def _inbox_messages(inbox: Inbox, context: _ForwardedContext) -> AsyncIterator[bytes]:
@@ -347,11 +372,11 @@ class ForwardService:
             for task in (watchdog, reader):
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
-            for _, task, _ in list(sessions.values()):
-                task.cancel()
-            for _, task, _ in list(sessions.values()):
+            for served in list(sessions.values()):
+                served.task.cancel()
+            for served in list(sessions.values()):
                 with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await task
+                    await served.task
         if verdict:
             await context.abort(*verdict[0])
 
@@ -412,42 +437,32 @@ class ForwardService:
                             "ForwardEntry: session_id and a body (message, end, heartbeat) "
                             "are required"
                         )
-                    held = sessions.get(entry.session_id)
-                    if which == "heartbeat":
-                        channel = held[2].channel if held is not None else None
-                        if (
-                            held is not None
-                            and channel is not None
-                            and digest_eligible(held[2].backlog, channel.hello_seen, channel.closed)
-                        ):
-                            heartbeat = entry.heartbeat
-                            channel.remember_heartbeat(heartbeat)
-                            digest.append(
-                                convert.heartbeat_to_event(
-                                    channel.session_id, channel.node_id, heartbeat, 0.0
-                                )
-                            )
+                    served = sessions.get(entry.session_id)
+                    if which == "heartbeat" and served is not None:
+                        event = served.context.digest_event(entry.heartbeat)
+                        if event is not None:
+                            digest.append(event)
                             continue
-                    if held is None:
+                    if served is None:
                         if which == "end":
                             continue  # a Session that ended before the leader saw it
-                        held = self._open(entry.session_id, sessions, out, peer, member)
-                    held[2].backlog += 1
+                        served = self._open(entry.session_id, sessions, out, peer, member)
                     if which == "message":
-                        held[0].put_nowait(entry.message)
+                        served.queue(entry.message)
                     elif which == "heartbeat":
                         # Something older of its Session is still queued: keep the order.
                         self._observer.forward_heartbeats("message", 1)
-                        raw = agent_pb2.AgentMessage(heartbeat=entry.heartbeat)
-                        held[0].put_nowait(raw.SerializeToString())
+                        served.queue(
+                            agent_pb2.AgentMessage(heartbeat=entry.heartbeat).SerializeToString()
+                        )
                     else:
-                        held[0].put_nowait(entry.end)
+                        served.queue(entry.end)
                 if digest:
                     self._step_digest(digest)
         finally:
             # The follower's side is over: every Session it carried ends.
-            for inbox, _, _ in list(sessions.values()):
-                inbox.put_nowait(
+            for served in list(sessions.values()):
+                served.inbox.put_nowait(
                     replica_pb2.SessionEnd(
                         code=grpc.StatusCode.UNAVAILABLE.value[0], reason="link ended"
                     )
@@ -461,16 +476,8 @@ class ForwardService:
         """
         self._observer.forward_heartbeats("digest", len(digest))
         runtime = self._runtime
-        future = runtime.enqueue(HeartbeatDigest(tuple(digest), 0.0))
-        nodes = [hb.node_id for hb in digest]
-
-        def stepped(done: asyncio.Future[bool]) -> None:
-            if not done.cancelled() and done.exception() is None and done.result():
-                now = runtime.now_s()
-                for node_id in nodes:
-                    runtime.observer.heartbeat_received(node_id, now)
-
-        future.add_done_callback(stepped)
+        stepped = runtime.enqueue(HeartbeatDigest(tuple(digest), 0.0))
+        runtime.count_heartbeats(stepped, [hb.node_id for hb in digest])
 
     def _open(
         self,
@@ -479,7 +486,7 @@ class ForwardService:
         out: Outbox,
         peer: str,
         member: str,
-    ) -> tuple[Inbox, asyncio.Task[None], _ForwardedContext]:
+    ) -> _Served:
         inbox: Inbox = asyncio.Queue()
         context = _ForwardedContext(sid, out, f"{peer} (forwarded)", member)
 
@@ -500,9 +507,9 @@ class ForwardService:
                 sessions.pop(sid, None)
                 self._observer.forwarded_sessions("leader", -1)
 
-        held = (inbox, asyncio.create_task(run(), name=f"forwarded-{sid}"), context)
-        sessions[sid] = held
-        return held
+        served = _Served(inbox, asyncio.create_task(run(), name=f"forwarded-{sid}"), context)
+        sessions[sid] = served
+        return served
 
 
 class _InvalidEntry(Exception):

@@ -844,37 +844,37 @@ class CoordinatorRuntime:
         if channel is None:
             return  # that Session is gone: drop
         directive = command.directive
-        if isinstance(directive, HeartbeatAck) and channel.ack_sink is not None:
-            if channel.closed:
-                return
-            if channel.idle:
-                # Fan-in's digest path: one small entry to the follower, no stream hop.
-                sent_unix_ms, sent_mono_ms = channel.echo(directive.seq)
-                channel.ack_sink(
-                    agent_pb2.HeartbeatAck(
-                        seq=directive.seq,
-                        sent_at_unix_ms=sent_unix_ms,
-                        sent_at_monotonic_ms=sent_mono_ms,
-                        received_at_unix_ms=convert.s_to_ms(self._last_now_s),
-                        term=directive.term,
-                        node_state=directive.node_state.value,  # type: ignore[arg-type]
-                    )
-                )
-                return
-        message = convert.directive_to_pb(
-            command.directive,
-            session_id=command.session_id,
-            leader_id=self.settings.member_id,
-            cluster_name=self.settings.cluster,
-            now_s=self._last_now_s,
-            max_message_bytes=self.settings.max_message_bytes,
-            max_payload_bytes=self.settings.max_payload_bytes,
+        if isinstance(directive, HeartbeatAck):
+            ack = convert.heartbeat_ack_to_pb(
+                directive, self._last_now_s, channel.echo(directive.seq)
+            )
+            if channel.ack_sink is not None and channel.idle and not channel.closed:
+                channel.ack_sink(ack)  # fan-in's digest path: one small entry, no stream hop
+            else:
+                channel.put(agent_pb2.CoordinatorMessage(heartbeat_ack=ack))
+            return
+        channel.put(
+            convert.directive_to_pb(
+                directive,
+                session_id=command.session_id,
+                leader_id=self.settings.member_id,
+                cluster_name=self.settings.cluster,
+                now_s=self._last_now_s,
+                max_message_bytes=self.settings.max_message_bytes,
+                max_payload_bytes=self.settings.max_payload_bytes,
+            )
         )
-        if isinstance(command.directive, HeartbeatAck):
-            sent_unix_ms, sent_mono_ms = channel.echo(command.directive.seq)
-            message.heartbeat_ack.sent_at_unix_ms = sent_unix_ms
-            message.heartbeat_ack.sent_at_monotonic_ms = sent_mono_ms
-        channel.put(message)
+
+    def count_heartbeats(self, stepped: asyncio.Future[bool], node_ids: list[str]) -> None:
+        """Report the heartbeats of ``node_ids`` to the observer once ``stepped`` succeeded."""
+
+        def done(future: asyncio.Future[bool]) -> None:
+            if not future.cancelled() and future.exception() is None and future.result():
+                now = self.now_s()
+                for node_id in node_ids:
+                    self.observer.heartbeat_received(node_id, now)
+
+        stepped.add_done_callback(done)
 
     # ------------------------------------------------------------------ sessions
 

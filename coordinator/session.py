@@ -39,7 +39,6 @@ import asyncio
 import collections
 import contextlib
 import dataclasses
-import functools
 import logging
 from collections.abc import AsyncIterator
 from typing import Any
@@ -312,7 +311,7 @@ class AgentSessionService:
             channel.remember_heartbeat(message.heartbeat)
             event = convert.heartbeat_to_event(sid, channel.node_id, message.heartbeat, 0.0)
             fed = runtime.enqueue(event)
-            fed.add_done_callback(functools.partial(self._heartbeat_stepped, channel.node_id))
+            runtime.count_heartbeats(fed, [channel.node_id])
         elif which == "task_update":
             try:
                 update = convert.task_update_to_event(
@@ -347,10 +346,6 @@ class AgentSessionService:
             _log.debug("session %s: %s not handled yet, ignored", sid, which)
             return None
         return fed
-
-    def _heartbeat_stepped(self, node_id: str, future: asyncio.Future[bool]) -> None:
-        if not future.cancelled() and future.exception() is None and future.result():
-            self._runtime.observer.heartbeat_received(node_id, self._runtime.now_s())
 
 
 FIRST_MESSAGE_TIMEOUT_S = 1.0

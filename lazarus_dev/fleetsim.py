@@ -102,6 +102,7 @@ from coordinator.core.events import (
     Tick,
 )
 from coordinator.core.records import NodeState, TaskSpec, TaskState
+from coordinator.core.relay import digest_eligible
 from coordinator.core.settings import CoreSettings
 from lazarus.v1 import agent_pb2, records_pb2
 from node_agent import convert as agent_convert
@@ -934,20 +935,19 @@ class FleetSimulation:
         A heartbeat whose Session has an older message in the batch (a Hello
         not yet stepped, a task update) is stepped after that message, as the
         leader's Session servicer does; every other heartbeat goes into the
-        batch's ``HeartbeatDigest``, stepped first.
+        batch's ``HeartbeatDigest``, stepped first (the real rule,
+        ``coordinator.core.relay.digest_eligible``, decides).
         """
         batch, leader.batch = leader.batch, []
         digest: list[HeartbeatReceived] = []
         behind: list[tuple[_Stream, bytes]] = []
-        queued: set[str] = set()
+        queued: dict[str, int] = {}  # Session -> its messages in this batch not yet stepped
         for stream, raw in batch:
             if stream.broken or not stream.leader_open or not leader.alive:
                 continue
             message = agent_pb2.AgentMessage.FromString(raw)
-            if (
-                message.WhichOneof("body") == "heartbeat"
-                and stream.hello_seen
-                and stream.sid not in queued
+            if message.WhichOneof("body") == "heartbeat" and digest_eligible(
+                queued.get(stream.sid, 0), stream.hello_seen, not stream.leader_open
             ):
                 digest.append(
                     convert.heartbeat_to_event(
@@ -955,7 +955,7 @@ class FleetSimulation:
                     )
                 )
                 continue
-            queued.add(stream.sid)
+            queued[stream.sid] = queued.get(stream.sid, 0) + 1
             behind.append((stream, raw))
         if digest:
             self.report.digested += len(digest)

@@ -15,7 +15,7 @@ import pytest
 
 from coordinator import session as session_module
 from coordinator.core import HeartbeatReceived, SessionOpened, TaskUpdateReceived
-from coordinator.runtime import Channel, Close
+from coordinator.runtime import Channel, Close, CoordinatorRuntime
 from coordinator.session import AgentSessionService
 from lazarus.v1 import agent_pb2, records_pb2
 
@@ -39,6 +39,8 @@ class FakeRuntime:
 
     def now_s(self) -> float:
         return 1.0
+
+    count_heartbeats = CoordinatorRuntime.count_heartbeats  # the real rule, on this fake
 
 
 def hello() -> bytes:

@@ -592,7 +592,10 @@ def task_update_to_event(
 
 
 def heartbeat_ack_to_pb(
-    directive: d.HeartbeatAck, now_s: float | None, echo: tuple[int, int] = (0, 0)
+    directive: d.HeartbeatAck,
+    now_s: float | None,
+    echo: tuple[int, int] = (0, 0),
+    into: agent_pb2.HeartbeatAck | None = None,
 ) -> agent_pb2.HeartbeatAck:
     """A HeartbeatAck directive -> its message, received at ``now_s`` (leader clock).
 
@@ -600,15 +603,19 @@ def heartbeat_ack_to_pb(
         directive: the core's ack.
         now_s: the leader's clock (``received_at_unix_ms``; None: 0).
         echo: the heartbeat's (sent_at_unix_ms, sent_at_monotonic_ms), echoed.
+        into: fill this message (a CoordinatorMessage's ``heartbeat_ack``: no
+            copy) instead of a new one.
+
+    Returns:
+        The filled message.
     """
-    return agent_pb2.HeartbeatAck(
-        seq=directive.seq,
-        sent_at_unix_ms=echo[0],
-        sent_at_monotonic_ms=echo[1],
-        received_at_unix_ms=s_to_ms(now_s),
-        term=directive.term,
-        node_state=directive.node_state.value,  # type: ignore[arg-type]
-    )
+    ack = into if into is not None else agent_pb2.HeartbeatAck()
+    ack.seq = directive.seq
+    ack.sent_at_unix_ms, ack.sent_at_monotonic_ms = echo
+    ack.received_at_unix_ms = s_to_ms(now_s)
+    ack.term = directive.term
+    ack.node_state = directive.node_state.value  # type: ignore[assignment]
+    return ack
 
 
 def directive_to_pb(
@@ -653,7 +660,9 @@ def directive_to_pb(
             )
         )
     if isinstance(directive, d.HeartbeatAck):
-        return agent_pb2.CoordinatorMessage(heartbeat_ack=heartbeat_ack_to_pb(directive, now_s))
+        message = agent_pb2.CoordinatorMessage()
+        heartbeat_ack_to_pb(directive, now_s, into=message.heartbeat_ack)
+        return message
     if isinstance(directive, d.Assign):
         assign = agent_pb2.Assign(
             task_id=directive.task_id,

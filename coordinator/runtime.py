@@ -845,13 +845,16 @@ class CoordinatorRuntime:
             return  # that Session is gone: drop
         directive = command.directive
         if isinstance(directive, HeartbeatAck):
-            ack = convert.heartbeat_ack_to_pb(
-                directive, self._last_now_s, channel.echo(directive.seq)
-            )
+            echo = channel.echo(directive.seq)
             if channel.ack_sink is not None and channel.idle and not channel.closed:
-                channel.ack_sink(ack)  # fan-in's digest path: one small entry, no stream hop
-            else:
-                channel.put(agent_pb2.CoordinatorMessage(heartbeat_ack=ack))
+                # Fan-in's digest path: one small entry to the follower, no stream hop.
+                channel.ack_sink(convert.heartbeat_ack_to_pb(directive, self._last_now_s, echo))
+                return
+            message = agent_pb2.CoordinatorMessage()
+            convert.heartbeat_ack_to_pb(
+                directive, self._last_now_s, echo, into=message.heartbeat_ack
+            )
+            channel.put(message)
             return
         channel.put(
             convert.directive_to_pb(

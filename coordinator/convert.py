@@ -291,8 +291,29 @@ def node_load_to_pb(value: NodeLoad) -> records_pb2.NodeLoad:
     )
 
 
+_LOADS: dict[bytes, NodeLoad] = {}
+"""Recently converted loads by their wire bytes (bounded by :data:`_MAX_LOADS`)."""
+_MAX_LOADS = 4096
+
+
 def node_load_from_pb(msg: records_pb2.NodeLoad) -> NodeLoad:
-    """records.proto NodeLoad -> core NodeLoad."""
+    """records.proto NodeLoad -> core NodeLoad.
+
+    Loads repeat from heartbeat to heartbeat (an idle node's is the same for
+    hours), and NodeLoad is immutable: a load seen recently is reused by its
+    wire bytes instead of built again, which is most of a heartbeat's
+    conversion on the leader.
+    """
+    key = msg.SerializeToString(deterministic=True)
+    load = _LOADS.get(key)
+    if load is None:
+        if len(_LOADS) >= _MAX_LOADS:
+            _LOADS.clear()
+        load = _LOADS[key] = _node_load_from_pb(msg)
+    return load
+
+
+def _node_load_from_pb(msg: records_pb2.NodeLoad) -> NodeLoad:
     return NodeLoad(
         running_tasks=msg.running_tasks,
         used_slots=msg.used_slots,
@@ -501,7 +522,7 @@ def heartbeat_to_event(
         seq=msg.seq,
         now_s=now_s,
         load=node_load_from_pb(msg.load),
-        tasks=tuple(task_progress_from_pb(p) for p in msg.tasks),
+        tasks=tuple(task_progress_from_pb(p) for p in msg.tasks) if msg.tasks else (),
     )
 
 

@@ -35,6 +35,7 @@ import contextlib
 import hashlib
 import logging
 import time
+from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
 import grpc
@@ -173,10 +174,10 @@ class TeeObserver:
         if self._inner is not None:
             self._inner.leader_observed(key, term)
 
-    def heartbeat_received(self, node_id: str, now_s: float) -> None:
+    def heartbeats_received(self, node_ids: Sequence[str], now_s: float) -> None:
         """Forwarded."""
         if self._inner is not None:
-            self._inner.heartbeat_received(node_id, now_s)
+            self._inner.heartbeats_received(node_ids, now_s)
 
     def event_emitted(self, event: EmitEvent) -> None:
         """Forwarded to both."""

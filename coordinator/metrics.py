@@ -65,7 +65,7 @@ Series:
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
@@ -304,13 +304,17 @@ class Metrics:
             self._leader_key = key
             self.leader_changes.inc()
 
-    def heartbeat_received(self, node_id: str, now_s: float) -> None:
-        """A heartbeat of ``node_id`` arrived at ``now_s``."""
-        self.heartbeats.inc()
-        previous = self._last_heartbeat_s.get(node_id)
-        if previous is not None:
-            self.interarrival.observe(max(0.0, now_s - previous))
-        self._last_heartbeat_s[node_id] = now_s
+    def heartbeats_received(self, node_ids: Sequence[str], now_s: float) -> None:
+        """A heartbeat of each of ``node_ids`` arrived at ``now_s`` (one counter
+        update per batch: a fan-in digest carries many)."""
+        self.heartbeats.inc(len(node_ids))
+        last = self._last_heartbeat_s
+        observe = self.interarrival.observe
+        for node_id in node_ids:
+            previous = last.get(node_id)
+            if previous is not None:
+                observe(max(0.0, now_s - previous))
+            last[node_id] = now_s
 
     def event_emitted(self, event: EmitEvent) -> None:
         """The core emitted a cluster event."""

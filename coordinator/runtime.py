@@ -41,7 +41,7 @@ import dataclasses
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from random import Random
 from typing import Any, Protocol
@@ -192,8 +192,8 @@ class Observer(Protocol):
     def leader_observed(self, key: str, term: int) -> None:
         """The election shows this leader key (every replica; repeats possible)."""
 
-    def heartbeat_received(self, node_id: str, now_s: float) -> None:
-        """A heartbeat arrived."""
+    def heartbeats_received(self, node_ids: Sequence[str], now_s: float) -> None:
+        """Heartbeats of ``node_ids`` were stepped at ``now_s`` (one call per batch)."""
 
     def event_emitted(self, event: EmitEvent) -> None:
         """The core emitted a cluster event."""
@@ -212,7 +212,7 @@ class _NullObserver:
     def leader_observed(self, key: str, term: int) -> None:
         pass
 
-    def heartbeat_received(self, node_id: str, now_s: float) -> None:
+    def heartbeats_received(self, node_ids: Sequence[str], now_s: float) -> None:
         pass
 
     def event_emitted(self, event: EmitEvent) -> None:
@@ -263,10 +263,12 @@ class Channel:
         self.writing = False
         self.held_by = ""
         """Member id of the follower that holds and forwards this Session ("": this replica)."""
-        self.ack_sink: Callable[[agent_pb2.HeartbeatAck], None] | None = None
-        """Fan-in: where a forwarded Session's heartbeat acks go straight to its follower
+        self.ack_sink: Callable[[], agent_pb2.HeartbeatAck | None] | None = None
+        """Fan-in: gives the message to fill in place with a forwarded Session's
+        heartbeat ack, which then goes straight to its follower
         (``coordinator.forwarding``), bypassing the stream writer while nothing
-        is queued before them; None: acks are queued like any message."""
+        is queued before it (None from it: the ack is dropped, the Session
+        ended); None: acks are queued like any message."""
 
     def put(self, message: agent_pb2.CoordinatorMessage) -> None:
         """Queue a message for the stream (dropped once the stream is closing).
@@ -848,7 +850,9 @@ class CoordinatorRuntime:
             echo = channel.echo(directive.seq)
             if channel.ack_sink is not None and channel.idle and not channel.closed:
                 # Fan-in's digest path: one small entry to the follower, no stream hop.
-                channel.ack_sink(convert.heartbeat_ack_to_pb(directive, self._last_now_s, echo))
+                into = channel.ack_sink()
+                if into is not None:
+                    convert.heartbeat_ack_to_pb(directive, self._last_now_s, echo, into=into)
                 return
             message = agent_pb2.CoordinatorMessage()
             convert.heartbeat_ack_to_pb(
@@ -873,9 +877,7 @@ class CoordinatorRuntime:
 
         def done(future: asyncio.Future[bool]) -> None:
             if not future.cancelled() and future.exception() is None and future.result():
-                now = self.now_s()
-                for node_id in node_ids:
-                    self.observer.heartbeat_received(node_id, now)
+                self.observer.heartbeats_received(node_ids, self.now_s())
 
         stepped.add_done_callback(done)
 

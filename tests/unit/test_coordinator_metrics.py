@@ -29,9 +29,9 @@ def test_observer_facts_become_series() -> None:
     assert _value(metrics, "lazarus_leader_changes_total") == 1
     metrics.leader_observed("/e/2", 43)
     assert _value(metrics, "lazarus_leader_changes_total") == 2
-    metrics.heartbeat_received("n", 10.0)
-    metrics.heartbeat_received("n", 10.5)
-    assert _value(metrics, "lazarus_heartbeats_received_total") == 2
+    metrics.heartbeats_received(["n"], 10.0)
+    metrics.heartbeats_received(["n", "m"], 10.5)
+    assert _value(metrics, "lazarus_heartbeats_received_total") == 3
     assert _value(metrics, "lazarus_heartbeat_interarrival_seconds_count") == 1
     assert _value(metrics, "lazarus_heartbeat_interarrival_seconds_sum") == 0.5
     metrics.event_emitted(EmitEvent(1, 0.0, NodeDead("n", "i", 1.0, 3.1, 0)))

@@ -7,7 +7,7 @@ runtime and grpc are covered by tests/integration/test_coordinator_session.py.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import grpc
@@ -34,8 +34,8 @@ class FakeRuntime:
         self.queued.append((event, future))
         return future
 
-    def heartbeat_received(self, node_id: str, now_s: float) -> None:
-        self.beats.append(node_id)
+    def heartbeats_received(self, node_ids: Sequence[str], now_s: float) -> None:
+        self.beats.extend(node_ids)
 
     def now_s(self) -> float:
         return 1.0

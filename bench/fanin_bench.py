@@ -38,6 +38,7 @@ import sys
 import tempfile
 import time
 import types
+import urllib.request
 import uuid
 from pathlib import Path
 from typing import Any
@@ -53,10 +54,18 @@ from heartbeat_bench import (
     _cpu_s,
     _percentile,
 )
+from prometheus_client.parser import text_string_to_metric_families
 
 from lazarus_dev.devcluster import LocalCluster
 
 RESULTS = RESULTS_DIR / "fanin.json"
+SWEEP_RESULTS = RESULTS_DIR / "fanin-sweep.json"
+SWEEP_HEADER = (
+    "| nodes | acks/s (nodes dial leader / followers) | leader µs/hb, nodes dial the leader | "
+    "nodes dial followers | ratio | less idle: dial the leader | dial followers | ratio | "
+    "batches/s into the leader | ack p99 ms (leader / followers) | streams ended |\n"
+    "|---:|---|---:|---:|---:|---:|---:|---:|---:|---|---:|"
+)
 HEADER = (
     "| nodes dial | acks/s | leader CPU µs per heartbeat | less idle | "
     "followers' CPU µs per heartbeat | ack p50 / p99 ms | streams ended |\n"
@@ -73,6 +82,53 @@ async def _idle_cpu_s_per_s(cluster: LocalCluster, leader: int, hold_s: float) -
     return (_cpu_s(pid) - before) / (time.monotonic() - started)
 
 
+def _forward_counters(url: str) -> dict[str, float]:
+    """The replica's Forward counters (``lazarus_forward_batches_total`` and
+    ``lazarus_forward_entries_total`` by direction), from its /metrics."""
+    with urllib.request.urlopen(url, timeout=5) as reply:
+        text = reply.read().decode()
+    found: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        if family.name in ("lazarus_forward_batches", "lazarus_forward_entries"):
+            for sample in family.samples:
+                if sample.name.endswith("_total"):
+                    found[f"{family.name}:{sample.labels['direction']}"] = sample.value
+    return found
+
+
+async def _spy(prefix: Path | None, pid: int, hold_s: float) -> asyncio.subprocess.Process | None:
+    """Start ``py-spy record`` on ``pid`` for the hold, or None without a prefix.
+
+    Writes collapsed stacks (``-f raw``, 200 samples/s, non-blocking, only
+    the thread holding the GIL: CPU, not waits) to the first free
+    ``<prefix>-<n>.txt``.
+    """
+    if prefix is None:
+        return None
+    n = 1
+    while prefix.with_name(f"{prefix.name}-{n}.txt").exists():
+        n += 1
+    out = prefix.with_name(f"{prefix.name}-{n}.txt")
+    return await asyncio.create_subprocess_exec(
+        str(Path(sys.executable).with_name("py-spy")),
+        "record",
+        "-p",
+        str(pid),
+        "-d",
+        str(max(1, int(hold_s) - 1)),
+        "-f",
+        "raw",
+        "-o",
+        str(out),
+        "-r",
+        "200",
+        "--nonblocking",
+        "--gil",
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
+
+
 async def _round(
     cluster: LocalCluster,
     leader: int,
@@ -80,8 +136,14 @@ async def _round(
     nodes: int,
     hold_s: float,
     idle_cpu: float,
+    py_spy: Path | None = None,
 ) -> dict[str, Any]:
-    """Attach ``nodes`` simulated nodes by ``placement``, hold, measure, detach."""
+    """Attach ``nodes`` simulated nodes by ``placement``, hold, measure, detach.
+
+    With ``py_spy`` (a path prefix), the leader is sampled by ``py-spy record``
+    over the hold of a ``followers`` round, into ``<prefix>-<n>.txt`` (collapsed
+    stacks, one round each): where the leader's per-heartbeat CPU goes.
+    """
     followers = [i for i in range(len(cluster.coordinators)) if i != leader]
     targets = [leader, leader] if placement == "leader" else followers
     prefix = f"{placement[0]}{uuid.uuid4().hex[:6]}"
@@ -96,11 +158,17 @@ async def _round(
         for w in workers:
             await w.ask("take")
         pids = [c.pid or 0 for c in cluster.coordinators]
+        url = cluster.coordinator_metrics[leader]
+        counters_before = await asyncio.to_thread(_forward_counters, url)
         cpu_before = [_cpu_s(p) for p in pids]
         started = time.monotonic()
+        spy = await _spy(py_spy if placement == "followers" else None, pids[leader], hold_s)
         await asyncio.sleep(hold_s)
+        if spy is not None:
+            await asyncio.wait_for(spy.wait(), timeout=30)
         cpu_after = [_cpu_s(p) for p in pids]
         seconds = time.monotonic() - started
+        counters_after = await asyncio.to_thread(_forward_counters, url)
         taken = [await w.ask("take") for w in workers]
     finally:
         for w in workers:
@@ -127,7 +195,21 @@ async def _round(
         "p50_ms": _percentile(latencies, 0.5),
         "p99_ms": _percentile(latencies, 0.99),
         "streams_ended": ends,
+        # The leader's Forward streams over the hold (0 when nodes dial the leader).
+        "leader_batches_received_per_s": _rate(
+            counters_before, counters_after, "lazarus_forward_batches:received", seconds
+        ),
+        "leader_batches_sent_per_s": _rate(
+            counters_before, counters_after, "lazarus_forward_batches:sent", seconds
+        ),
+        "leader_entries_received_per_s": _rate(
+            counters_before, counters_after, "lazarus_forward_entries:received", seconds
+        ),
     }
+
+
+def _rate(before: dict[str, float], after: dict[str, float], key: str, seconds: float) -> float:
+    return (after.get(key, 0.0) - before.get(key, 0.0)) / seconds
 
 
 async def bench(args: argparse.Namespace) -> dict[str, Any]:
@@ -156,31 +238,72 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
             idle_cpu = await _idle_cpu_s_per_s(cluster, leader, args.hold_s)
             print(f"leader idle: {100 * idle_cpu:.1f} % of a core", flush=True)
             rounds: list[dict[str, Any]] = []
-            for r in range(args.rounds):
-                order = PLACEMENTS if r % 2 == 0 else PLACEMENTS[::-1]
-                for placement in order:
-                    result = await _round(
-                        cluster, leader, placement, args.nodes, args.hold_s, idle_cpu
-                    )
-                    now_leading, _ = await cluster.leader()
-                    if now_leading != leader:
-                        raise RuntimeError("the leader changed during the bench; run again")
-                    print(
-                        f"round {r + 1} {placement:9s}: {result['acks_per_s']:.0f} acks/s, "
-                        f"leader {result['leader_cpu_us_per_heartbeat']:.0f} us/hb "
-                        f"({result['leader_marginal_us_per_heartbeat']:.0f} less idle), "
-                        f"followers {result['follower_cpu_us_per_heartbeat']:.0f} us/hb, "
-                        f"p50 {result['p50_ms']:.1f} ms p99 {result['p99_ms']:.1f} ms, "
-                        f"{result['streams_ended']} streams ended",
-                        flush=True,
-                    )
-                    rounds.append(result)
+            for nodes in args.sweep or [args.nodes]:
+                rounds += await _rounds(cluster, leader, nodes, idle_cpu, args)
         finally:
             await asyncio.to_thread(cluster.stop)
-    summary = {}
+    if args.sweep:
+        return {
+            "commit": measured_commit(),
+            "date": today(),
+            "config": {"sweep": args.sweep, "rounds": args.rounds, "hold_s": args.hold_s},
+            "leader_idle_cpu_pct": 100.0 * idle_cpu,
+            "rounds": rounds,
+            "sweep": [
+                {"nodes": n, **_summary([x for x in rounds if x["nodes_asked"] == n])}
+                for n in args.sweep
+            ],
+        }
+    summary = _summary(rounds)
+    return {
+        "commit": measured_commit(),
+        "date": today(),
+        "config": {"nodes": args.nodes, "rounds": args.rounds, "hold_s": args.hold_s},
+        "leader_idle_cpu_pct": 100.0 * idle_cpu,
+        "rounds": rounds,
+        "summary": summary["placements"],
+        "leader_cpu_ratio": summary["leader_cpu_ratio"],
+        "leader_marginal_cpu_ratio": summary["leader_marginal_cpu_ratio"],
+    }
+
+
+async def _rounds(
+    cluster: LocalCluster, leader: int, nodes: int, idle_cpu: float, args: argparse.Namespace
+) -> list[dict[str, Any]]:
+    """``args.rounds`` rounds of each placement at ``nodes``, alternating which goes first."""
+    rounds: list[dict[str, Any]] = []
+    for r in range(args.rounds):
+        order = PLACEMENTS if r % 2 == 0 else PLACEMENTS[::-1]
+        for placement in order:
+            result = await _round(
+                cluster, leader, placement, nodes, args.hold_s, idle_cpu, args.py_spy
+            )
+            result["nodes_asked"] = nodes
+            now_leading, _ = await cluster.leader()
+            if now_leading != leader:
+                raise RuntimeError("the leader changed during the bench; run again")
+            print(
+                f"{nodes} nodes, round {r + 1} {placement:9s}: "
+                f"{result['acks_per_s']:.0f} acks/s, "
+                f"leader {result['leader_cpu_us_per_heartbeat']:.0f} us/hb "
+                f"({result['leader_marginal_us_per_heartbeat']:.0f} less idle), "
+                f"followers {result['follower_cpu_us_per_heartbeat']:.0f} us/hb, "
+                f"p50 {result['p50_ms']:.1f} ms p99 {result['p99_ms']:.1f} ms, "
+                f"{result['streams_ended']} streams ended; leader batches/s "
+                f"in {result['leader_batches_received_per_s']:.0f} "
+                f"out {result['leader_batches_sent_per_s']:.0f}",
+                flush=True,
+            )
+            rounds.append(result)
+    return rounds
+
+
+def _summary(rounds: list[dict[str, Any]]) -> dict[str, Any]:
+    """Medians per placement over ``rounds``, and the followers / leader ratios."""
+    placements: dict[str, dict[str, float]] = {}
     for placement in PLACEMENTS:
         mine = [x for x in rounds if x["placement"] == placement]
-        summary[placement] = {
+        placements[placement] = {
             key: statistics.median(x[key] for x in mine)
             for key in (
                 "acks_per_s",
@@ -189,26 +312,23 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
                 "follower_cpu_us_per_heartbeat",
                 "p50_ms",
                 "p99_ms",
+                "leader_batches_received_per_s",
             )
         }
-        summary[placement]["streams_ended"] = sum(x["streams_ended"] for x in mine)
-    base = summary["leader"]["leader_cpu_us_per_heartbeat"]
-    ratio = summary["followers"]["leader_cpu_us_per_heartbeat"] / base if base else float("nan")
-    base_marginal = summary["leader"]["leader_marginal_us_per_heartbeat"]
-    marginal_ratio = (
-        summary["followers"]["leader_marginal_us_per_heartbeat"] / base_marginal
-        if base_marginal
-        else float("nan")
-    )
+        placements[placement]["streams_ended"] = sum(x["streams_ended"] for x in mine)
+    base = placements["leader"]["leader_cpu_us_per_heartbeat"]
+    base_marginal = placements["leader"]["leader_marginal_us_per_heartbeat"]
+    followers = placements["followers"]
     return {
-        "commit": measured_commit(),
-        "date": today(),
-        "config": {"nodes": args.nodes, "rounds": args.rounds, "hold_s": args.hold_s},
-        "leader_idle_cpu_pct": 100.0 * idle_cpu,
-        "rounds": rounds,
-        "summary": summary,
-        "leader_cpu_ratio": ratio,
-        "leader_marginal_cpu_ratio": marginal_ratio,
+        "placements": placements,
+        "leader_cpu_ratio": (
+            followers["leader_cpu_us_per_heartbeat"] / base if base else float("nan")
+        ),
+        "leader_marginal_cpu_ratio": (
+            followers["leader_marginal_us_per_heartbeat"] / base_marginal
+            if base_marginal
+            else float("nan")
+        ),
     }
 
 
@@ -250,6 +370,44 @@ replicas on other machines spreads.
 """
 
 
+def readme_sweep(result: dict[str, Any]) -> str:
+    cfg = result["config"]
+    rows = []
+    for point in result["sweep"]:
+        leader, followers = point["placements"]["leader"], point["placements"]["followers"]
+        rows.append(
+            f"| {point['nodes']:,} | "
+            f"{leader['acks_per_s']:,.0f} / {followers['acks_per_s']:,.0f} | "
+            f"{leader['leader_cpu_us_per_heartbeat']:.0f} | "
+            f"{followers['leader_cpu_us_per_heartbeat']:.0f} | "
+            f"**{point['leader_cpu_ratio']:.2f}x** | "
+            f"{leader['leader_marginal_us_per_heartbeat']:.0f} | "
+            f"{followers['leader_marginal_us_per_heartbeat']:.0f} | "
+            f"**{point['leader_marginal_cpu_ratio']:.2f}x** | "
+            f"{followers['leader_batches_received_per_s']:.0f} | "
+            f"{leader['p99_ms']:.0f} / {followers['p99_ms']:.0f} | "
+            f"{leader['streams_ended'] + followers['streams_ended']} |"
+        )
+    table = "\n".join(rows)
+    return f"""## Fan-in: the leader's cost against load (`fanin_bench.py --sweep`)
+
+Commit `{result["commit"]}` measured {result["date"]} on 2 cores: the setup of the
+section above, at each node count (1 heartbeat per second each), both placements,
+{cfg["rounds"]} round(s) of {cfg["hold_s"]:.0f} s each, medians.
+`.venv/bin/python bench/fanin_bench.py --sweep {",".join(str(n) for n in cfg["sweep"])}`;
+raw figures in `bench/results/fanin-sweep.json`. Leader idle:
+{result["leader_idle_cpu_pct"]:.1f} % of a core.
+
+{SWEEP_HEADER}
+{table}
+
+A forwarded batch costs the leader a gRPC read and a write whatever it
+carries; at a fixed 50 ms linger the number of batches is fixed (about 20
+per follower per second), so the more heartbeats a batch carries, the less
+the leader pays per heartbeat.
+"""
+
+
 def _sigterm_as_interrupt(signum: int, frame: types.FrameType | None) -> None:
     raise KeyboardInterrupt(f"received signal {signum}")
 
@@ -259,20 +417,43 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nodes", type=int, default=600, help="simulated nodes per round")
     parser.add_argument("--rounds", type=int, default=3, help="rounds per placement")
     parser.add_argument("--hold-s", type=float, default=15.0, help="seconds measured per round")
-    parser.add_argument("--out", type=Path, default=RESULTS, help="JSON results path")
+    parser.add_argument("--out", type=Path, default=None, help="JSON results path")
     parser.add_argument("--no-readme", action="store_true", help="do not rewrite bench/README.md")
     parser.add_argument(
         "--quick", action="store_true", help="40 nodes, 1 round of 3 s, no README (a smoke run)"
+    )
+    parser.add_argument(
+        "--sweep",
+        type=lambda text: [int(n) for n in text.split(",")],
+        default=None,
+        metavar="N,N,...",
+        help="measure both placements at each node count instead of --nodes (results in "
+        "bench/results/fanin-sweep.json unless --out, README section 'fanin-sweep')",
+    )
+    parser.add_argument(
+        "--py-spy",
+        type=Path,
+        default=None,
+        metavar="PREFIX",
+        help="sample the leader with py-spy over each followers round (collapsed stacks "
+        "in PREFIX-<n>.txt; adds the sampler's CPU to the machine, not to the leader)",
     )
     args = parser.parse_args(argv)
     if args.quick:
         args.nodes, args.rounds, args.hold_s, args.no_readme = 40, 1, 3.0, True
     signal.signal(signal.SIGTERM, _sigterm_as_interrupt)  # stop the cluster on SIGTERM too
     result = asyncio.run(bench(args))
-    write_json(args.out, result)
-    if not args.no_readme:
-        write_section("fanin", readme(result))
-    print(readme(result))
+    if args.sweep:
+        write_json(args.out or SWEEP_RESULTS, result)
+        text = readme_sweep(result)
+        if not args.no_readme:
+            write_section("fanin-sweep", text)
+    else:
+        write_json(args.out or RESULTS, result)
+        text = readme(result)
+        if not args.no_readme:
+            write_section("fanin", text)
+    print(text)
     return 0
 
 

@@ -33,7 +33,8 @@ async def test_a_batch_holds_at_most_the_bound() -> None:
     for i in range(MAX_BATCH_ENTRIES + 3):
         out.entry(str(i))
     first, second = await out.take(), await out.take()
-    assert first is not None and second is not None
+    assert first is not None
+    assert second is not None
     assert len(first.entries) == MAX_BATCH_ENTRIES
     assert [e.session_id for e in second.entries] == [
         str(i) for i in range(MAX_BATCH_ENTRIES, MAX_BATCH_ENTRIES + 3)
@@ -48,7 +49,8 @@ async def test_take_waits_for_an_entry() -> None:
     assert not taking.done()
     out.entry("a")
     batch = await asyncio.wait_for(taking, 1)
-    assert batch is not None and batch.entries[0].session_id == "a"
+    assert batch is not None
+    assert batch.entries[0].session_id == "a"
 
 
 async def test_stop_sends_what_was_queued_then_ends() -> None:
@@ -57,7 +59,8 @@ async def test_stop_sends_what_was_queued_then_ends() -> None:
     out.stop()
     out.entry("after")  # not sent: the stream is ending
     batch = await out.take()
-    assert batch is not None and [e.session_id for e in batch.entries] == ["before"]
+    assert batch is not None
+    assert [e.session_id for e in batch.entries] == ["before"]
     assert await out.take() is None
     assert await out.take() is None
 

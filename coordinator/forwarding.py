@@ -30,8 +30,9 @@ agent gets a ``Reattach`` (agent.proto), paced by :data:`RELAY_SETTINGS`;
 the agent ends its session with the old leader as on a reconnect and sends a
 fresh Hello on the same stream, which opens a forwarded Session at the new
 leader. A channel to a leader is waited for at most
-:data:`LINK_CONNECT_TIMEOUT_S`, and a leader whose link just broke is not
-redialled for :data:`FAILED_LEADER_HOLD_OFF_S`. When no leader is known for a
+:data:`LINK_CONNECT_TIMEOUT_S`; which leader to link to, and not redialling
+one whose link just broke (``RelaySettings.failed_leader_hold_off_s``), is
+the pure ``coordinator.core.relay.LinkPolicy``'s decision. When no leader is known for a
 new Session, the follower answers NotLeader naming nobody (the agent tries
 its next address). Admission (Hello rate, CPU) runs on the replica that holds
 the Session; the leader admits forwarded Sessions without asking. An agent
@@ -73,11 +74,14 @@ from google.protobuf.message import DecodeError
 from coordinator import convert
 from coordinator.core import HeartbeatDigest, HeartbeatReceived
 from coordinator.core.relay import (
+    LinkChoice,
+    LinkPolicy,
     RelaySettings,
     Route,
     SessionRelay,
     digest_eligible,
     leader_end_detaches,
+    link_outdated,
 )
 from coordinator.runtime import Channel, CoordinatorRuntime
 from lazarus.tls import ClientTls
@@ -117,11 +121,6 @@ LINK_CONNECT_TIMEOUT_S = 0.5
 """How long a follower waits for its channel to the leader to be ready (a
 paused leader accepts TCP and never answers; a crashed one refuses, and
 gRPC retries until this passes)."""
-
-FAILED_LEADER_HOLD_OFF_S = 1.0
-"""After a link to leader (address, term) broke, do not dial that leader again
-for this long while the election still shows it (a crashed leader's key
-outlives it by up to the lease TTL)."""
 
 _OK = grpc.StatusCode.OK.value[0]
 
@@ -732,9 +731,12 @@ class _Link:
             await self._reader
 
 
-RELAY_SETTINGS = RelaySettings(reattach_rate_per_s=500.0, reattach_hello_timeout_s=5.0)
+RELAY_SETTINGS = RelaySettings(
+    reattach_rate_per_s=500.0, reattach_hello_timeout_s=5.0, failed_leader_hold_off_s=1.0
+)
 """At most 500 Reattaches a second after a leader change; an agent that sends no
-Hello 5 s after its Reattach has its stream ended (UNAVAILABLE)."""
+Hello 5 s after its Reattach has its stream ended (UNAVAILABLE); a leader whose
+link just broke is not redialled for 1 s while the election still names it."""
 
 RELINK_INTERVAL_S = 0.1
 """How often a follower with detached Sessions looks for a leader to carry them to."""
@@ -778,16 +780,20 @@ class SessionForwarder:
         self._held: set[_Held] = set()
         self._relay: SessionRelay[_Held] = SessionRelay(RELAY_SETTINGS)
         self._reattacher: asyncio.Task[None] | None = None
-        self._failed: tuple[str, int, float] | None = None
+        self._policy = LinkPolicy(RELAY_SETTINGS)
         runtime.on_leader_observed(self._leader_observed)
 
     def _leader_observed(self, address: str, term: int) -> None:
         link = self._link
-        if link is not None and not link.closed and (link.term != term or link.address != address):
+        if (
+            link is not None
+            and not link.closed
+            and link_outdated(link.address, link.term, address, term)
+        ):
             link.fail(f"the election shows a new leader, term {term} at {address or '?'}")
 
     def _link_failed(self, link: _Link) -> None:
-        self._failed = (link.address, link.term, time.monotonic())
+        self._policy.failed(link.address, link.term, time.monotonic())
 
     def _detach(self, held: _Held) -> None:
         if held in self._held:
@@ -813,17 +819,15 @@ class SessionForwarder:
             except Exception as exc:  # etcd unreachable: no leader we can name
                 _log.warning("reading the leader to forward to failed: %s", exc)
                 return None
-            own = self._runtime.settings.advertise_address
-            if leader is None or not leader.value:
-                return None
-            failed = self._failed
-            if (
-                failed is not None
-                and failed[:2] == (leader.value, leader.term)
-                and time.monotonic() - failed[2] < FAILED_LEADER_HOLD_OFF_S
-            ):
-                return None  # the link to it just broke: wait for the election to move on
-            if leader.value == own and not (to_self and self._runtime.leading):
+            choice = self._policy.choose(
+                leader.value if leader is not None else "",
+                leader.term if leader is not None else 0,
+                self._runtime.settings.advertise_address,
+                leading=self._runtime.leading,
+                to_self=to_self,
+                now_s=time.monotonic(),
+            )
+            if choice is not LinkChoice.DIAL or leader is None:
                 return None
             channel = self._channels.get(leader.value)
             if channel is None:

@@ -11,7 +11,8 @@ its part, steps a forwarded heartbeat in the batch's liveness digest only
 when that cannot reorder its Session (:func:`digest_eligible`).
 
 :class:`SessionRelay` holds each carried Session's state and makes those
-decisions; the shell feeds it what it observed (a link lost, the leader's end
+decisions; :class:`LinkPolicy` decides which leader to link to and when not
+to redial one; the shell feeds it what it observed (a link lost, the leader's end
 of a Session, an agent's message, time) and carries out what it answers. It
 is generic in the shell's handle for a Session (any hashable key).
 
@@ -32,11 +33,14 @@ from coordinator.core.errors import UsageError
 __all__ = [
     "UNAVAILABLE",
     "Carry",
+    "LinkChoice",
+    "LinkPolicy",
     "RelaySettings",
     "Route",
     "SessionRelay",
     "digest_eligible",
     "leader_end_detaches",
+    "link_outdated",
 ]
 
 K = TypeVar("K", bound=Hashable)
@@ -71,16 +75,98 @@ class RelaySettings:
             leader change (spreads the new leader's Hellos).
         reattach_hello_timeout_s: an agent that sends no Hello this long after
             its Reattach is ended (UNAVAILABLE; it redials).
+        failed_leader_hold_off_s: after the link to a leader (address, term)
+            broke, that leader is not dialled again for this long while the
+            election still names it (a crashed leader's key outlives it by up
+            to the lease TTL; redialling it only delays the next one).
     """
 
     reattach_rate_per_s: float = 500.0
     reattach_hello_timeout_s: float = 5.0
+    failed_leader_hold_off_s: float = 1.0
 
     def __post_init__(self) -> None:
-        for name in ("reattach_rate_per_s", "reattach_hello_timeout_s"):
+        for name in ("reattach_rate_per_s", "reattach_hello_timeout_s", "failed_leader_hold_off_s"):
             value = getattr(self, name)
             if not (math.isfinite(value) and value > 0):
                 raise UsageError(f"{name}: must be finite and > 0, got {value!r}")
+
+
+class LinkChoice(enum.Enum):
+    """What a replica does about its link to the leader when it needs one."""
+
+    DIAL = "dial"  # link to the leader the election names
+    NO_LEADER = "no_leader"  # the election names none: nobody to forward to
+    HOLD_OFF = "hold_off"  # the link to that very leader just broke: wait for the election
+    OWN = "own"  # this replica is named: it serves its Sessions itself, no link
+
+
+class LinkPolicy:
+    """Which leader a replica's relay links to, and when it must not redial (sans-IO).
+
+    The shell reads the election (the leader's advertised address and term)
+    and asks :meth:`choose`; it reports a broken link with :meth:`failed`, and
+    fails an open link that :func:`link_outdated` says the election moved past.
+    """
+
+    def __init__(self, settings: RelaySettings | None = None) -> None:
+        self._settings = settings if settings is not None else RelaySettings()
+        self._failed: tuple[str, int, float] | None = None
+
+    def failed(self, address: str, term: int, now_s: float) -> None:
+        """The link to the leader at ``address`` in ``term`` broke at ``now_s``."""
+        self._failed = (address, term, now_s)
+
+    def choose(
+        self,
+        leader_address: str,
+        leader_term: int,
+        own_address: str,
+        *,
+        leading: bool,
+        to_self: bool,
+        now_s: float,
+    ) -> LinkChoice:
+        """Whether to dial the leader the election names.
+
+        Args:
+            leader_address: the leader's advertised address ("" when none).
+            leader_term: its term.
+            own_address: this replica's advertised address.
+            leading: this replica's runtime leads now.
+            to_self: the link is for carrying detached Sessions: when this
+                replica leads, it links to itself (its Sessions stay on their
+                streams and are served here). A new Session is not (the
+                replica's own Session servicer serves it directly).
+            now_s: monotonic seconds.
+
+        Returns:
+            DIAL, or why not: NO_LEADER, HOLD_OFF (that leader's link broke
+            less than ``failed_leader_hold_off_s`` ago), OWN.
+        """
+        if not leader_address:
+            return LinkChoice.NO_LEADER
+        failed = self._failed
+        if (
+            failed is not None
+            and failed[0] == leader_address
+            and failed[1] == leader_term
+            and now_s - failed[2] < self._settings.failed_leader_hold_off_s
+        ):
+            return LinkChoice.HOLD_OFF
+        if leader_address == own_address and not (to_self and leading):
+            return LinkChoice.OWN
+        return LinkChoice.DIAL
+
+
+def link_outdated(link_address: str, link_term: int, leader_address: str, term: int) -> bool:
+    """Whether an open link must be failed because the election shows another leader.
+
+    A paused old leader keeps its streams open; a follower that waited for
+    them to break would keep its Sessions hanging, so any change of the
+    leader's (address, term) in the election ends the link at once.
+    """
+    return link_term != term or link_address != leader_address
 
 
 def leader_end_detaches(code: int) -> bool:

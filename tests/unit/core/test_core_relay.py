@@ -14,11 +14,14 @@ from coordinator.core.errors import UsageError
 from coordinator.core.relay import (
     UNAVAILABLE,
     Carry,
+    LinkChoice,
+    LinkPolicy,
     RelaySettings,
     Route,
     SessionRelay,
     digest_eligible,
     leader_end_detaches,
+    link_outdated,
 )
 
 
@@ -130,7 +133,48 @@ def test_a_heartbeat_joins_the_digest_only_when_it_cannot_reorder_its_session() 
     assert not digest_eligible(0, hello_stepped=True, closed=True)
 
 
-@pytest.mark.parametrize("field", ["reattach_rate_per_s", "reattach_hello_timeout_s"])
+def _choose(
+    policy: LinkPolicy, leader: str, term: int = 3, *, now_s: float = 10.0, **kw: bool
+) -> LinkChoice:
+    flags = {"leading": False, "to_self": False} | kw
+    return policy.choose(leader, term, "me:1", now_s=now_s, **flags)
+
+
+def test_the_link_policy_dials_the_leader_the_election_names() -> None:
+    policy = LinkPolicy()
+    assert _choose(policy, "other:1") is LinkChoice.DIAL
+    assert _choose(policy, "") is LinkChoice.NO_LEADER
+
+
+def test_a_leader_whose_link_just_broke_is_not_redialled_until_the_hold_off_passes() -> None:
+    policy = LinkPolicy(RelaySettings(failed_leader_hold_off_s=1.0))
+    policy.failed("old:1", 3, now_s=10.0)
+    assert _choose(policy, "old:1", 3, now_s=10.0) is LinkChoice.HOLD_OFF
+    assert _choose(policy, "old:1", 3, now_s=10.99) is LinkChoice.HOLD_OFF
+    assert _choose(policy, "old:1", 3, now_s=11.0) is LinkChoice.DIAL
+    # The election moved on (a new term, or another leader): dial at once.
+    assert _choose(policy, "old:1", 4, now_s=10.1) is LinkChoice.DIAL
+    assert _choose(policy, "new:1", 3, now_s=10.1) is LinkChoice.DIAL
+
+
+def test_a_replica_links_to_itself_only_to_carry_its_sessions_while_it_leads() -> None:
+    policy = LinkPolicy()
+    assert _choose(policy, "me:1") is LinkChoice.OWN  # a new Session: served here directly
+    assert _choose(policy, "me:1", to_self=True) is LinkChoice.OWN  # named, not leading yet
+    assert _choose(policy, "me:1", leading=True) is LinkChoice.OWN
+    assert _choose(policy, "me:1", leading=True, to_self=True) is LinkChoice.DIAL
+
+
+def test_an_open_link_is_outdated_by_any_change_of_leader_address_or_term() -> None:
+    assert not link_outdated("a:1", 3, "a:1", 3)
+    assert link_outdated("a:1", 3, "a:1", 4)
+    assert link_outdated("a:1", 3, "b:1", 3)
+    assert link_outdated("a:1", 3, "", 3)  # the election shows no leader
+
+
+@pytest.mark.parametrize(
+    "field", ["reattach_rate_per_s", "reattach_hello_timeout_s", "failed_leader_hold_off_s"]
+)
 def test_settings_refuse_non_positive_values(field: str) -> None:
     with pytest.raises(UsageError, match=field):
         RelaySettings(**{field: 0.0})

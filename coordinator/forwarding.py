@@ -213,7 +213,10 @@ class Outbox:
         self._stopped = False
 
     def entry(self, session_id: str) -> replica_pb2.ForwardEntry:
-        """A new entry of ``session_id`` in the next batch, for the caller to fill."""
+        """A new entry of ``session_id`` in the next batch, for the caller to fill
+        (once stopped, a loose entry that is never sent)."""
+        if self._stopped:
+            return replica_pb2.ForwardEntry(session_id=session_id)
         if len(self._batch.entries) >= MAX_BATCH_ENTRIES:
             self._full.append(self._batch)
             self._batch = replica_pb2.ForwardBatch()

@@ -57,7 +57,8 @@ async def test_stop_sends_what_was_queued_then_ends() -> None:
     out = Outbox()
     out.entry("before")
     out.stop()
-    out.entry("after")  # not sent: the stream is ending
+    for _ in range(MAX_BATCH_ENTRIES + 1):
+        out.entry("after")  # not sent: the stream is ending
     batch = await out.take()
     assert batch is not None
     assert [e.session_id for e in batch.entries] == ["before"]

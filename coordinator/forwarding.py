@@ -584,6 +584,9 @@ class _Held:
         self.link: _Link | None = None
         self.sid = ""
         self.heard: dict[int, float] = {}
+        self.acked_at: float | None = None
+        """When a heartbeat ack was last relayed to the agent (monotonic; None: never):
+        the Reattach order after a leader change (``SessionRelay.detach``)."""
 
 
 class _Link:
@@ -668,9 +671,11 @@ class _Link:
             held.inbox.put_nowait(entry.end)
 
     def _acked(self, held: _Held, seq: int) -> None:
+        now = time.monotonic()
+        held.acked_at = now
         arrived = held.heard.pop(seq, None)
         if arrived is not None:
-            self._observer.forward_ack(time.monotonic() - arrived)
+            self._observer.forward_ack(now - arrived)
 
     def _time_ack(self, raw: bytes, held: _Held) -> None:
         """A verbatim reply: if it is a heartbeat ack, time it."""
@@ -800,7 +805,7 @@ class SessionForwarder:
 
     def _detach(self, held: _Held) -> None:
         if held in self._held:
-            self._relay.detach(held)
+            self._relay.detach(held, held.acked_at)
             self._wake_reattacher()
 
     def _wake_reattacher(self) -> None:

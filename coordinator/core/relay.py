@@ -4,7 +4,8 @@ Theory of operation (issue 20, ``docs/fan-in.md`` section 8). With fan-in a
 follower holds agents' Session streams and carries each over its Forward
 stream to the leader (``coordinator.forwarding``, the shell). When the leader
 goes, the Sessions are *detached*, not ended; once a leader answers, each gets
-a ``Reattach`` (at most ``reattach_rate_per_s``), after which the agent's next
+a ``Reattach`` (at most ``reattach_rate_per_s``, the agent closest to its
+fence first), after which the agent's next
 Hello opens a Session at the new leader on the same stream; an agent that
 sends no Hello within ``reattach_hello_timeout_s`` is ended. The leader, for
 its part, steps a forwarded heartbeat in the batch's liveness digest only
@@ -23,6 +24,8 @@ here reads a clock, a socket or a random source.
 from __future__ import annotations
 
 import enum
+import heapq
+import itertools
 import math
 from collections.abc import Hashable
 from dataclasses import dataclass
@@ -201,7 +204,12 @@ class SessionRelay(Generic[K]):
         self._settings = settings if settings is not None else RelaySettings()
         self._state: dict[K, Carry] = {}
         self._since: dict[K, float] = {}  # AWAITING_HELLO: when the Reattach went
-        self._detached: dict[K, None] = {}  # DETACHED, in the order they were detached
+        # DETACHED: key -> its token in the queue; the queue orders them by
+        # urgency (earliest acked first, never-acked last), then detach order.
+        # Entries whose token no longer matches are stale (released, re-queued).
+        self._detached: dict[K, int] = {}
+        self._queue: list[tuple[float, int, K]] = []
+        self._tokens = itertools.count()
         self._next_reattach_s = -math.inf
 
     @property
@@ -232,14 +240,30 @@ class SessionRelay(Generic[K]):
         self._state.pop(key, None)
         self._since.pop(key, None)
         self._detached.pop(key, None)
+        if not self._detached:
+            self._queue.clear()  # only stale entries are left
 
-    def detach(self, key: K) -> None:
-        """Its link went (the leader crashed, resigned, another leads): wait for the next leader."""
+    def detach(self, key: K, acked_s: float | None = None) -> None:
+        """Its link went (the leader crashed, resigned, another leads): wait for the next leader.
+
+        Args:
+            key: the Session.
+            acked_s: when this replica last relayed a heartbeat ack to its
+                agent (monotonic seconds; None: never, so its agent has no
+                fence deadline running). The agent fences a fixed time after
+                its newest acked heartbeat, so the Session acked longest ago
+                is the one closest to fencing: Reattaches go earliest-acked
+                first (Jackson's rule: earliest due date first minimises the
+                largest lateness on one server, here the paced Reattaches),
+                never-acked last, each group in detach order.
+        """
         if key not in self._state:
             return
         self._state[key] = Carry.DETACHED
         self._since.pop(key, None)
-        self._detached[key] = None
+        token = next(self._tokens)
+        self._detached[key] = token
+        heapq.heappush(self._queue, (math.inf if acked_s is None else acked_s, token, key))
 
     def route(self, key: K, *, hello: bool, link_open: bool, attached: bool) -> Route:
         """What to do with a message from the agent of Session ``key``.
@@ -268,14 +292,17 @@ class SessionRelay(Generic[K]):
         return Route.DROP  # detached (or not carried): its messages have nobody to reach
 
     def reattach(self, now_s: float) -> list[K]:
-        """Detached Sessions due a Reattach now that a leader answers, at most the rate.
+        """Detached Sessions due a Reattach now that a leader answers, at most the rate,
+        most urgent first (see :meth:`detach`).
 
         Each returned Session awaits its agent's Hello from ``now_s``.
         """
         due: list[K] = []
         interval = 1.0 / self._settings.reattach_rate_per_s
         while self._detached and self._next_reattach_s <= now_s:
-            key = next(iter(self._detached))
+            _, token, key = heapq.heappop(self._queue)
+            if self._detached.get(key) != token:
+                continue  # released, or detached again since: a stale entry
             del self._detached[key]
             self._state[key] = Carry.AWAITING_HELLO
             self._since[key] = now_s

@@ -7,6 +7,7 @@ tests (``tests/integration/test_fanin.py``) show the whole on real processes.
 from __future__ import annotations
 
 import itertools
+import random
 
 import pytest
 
@@ -79,6 +80,57 @@ def test_reattaches_are_paced_at_the_rate_in_detach_order() -> None:
     assert all(b - a >= 0.1 - 1e-9 for a, b in itertools.pairwise(times))
     assert times[0] == 0.0
     assert times[-1] < 0.45  # four intervals, give or take a poll of the 10 ms loop
+
+
+def test_the_agent_acked_longest_ago_is_reattached_first() -> None:
+    relay = _relay(rate=1000.0)
+    acked = {"a": 5.0, "b": 4.2, "c": None, "d": 4.8, "e": 4.2, "f": None}
+    for key, at in acked.items():
+        relay.held(key)
+        relay.detach(key, at)
+    order: list[str] = []
+    now = 10.0
+    while relay.detached:
+        order += relay.reattach(now)
+        now += 0.001
+    # Earliest acked first (its fence is nearest), ties and never-acked in detach order.
+    assert order == ["b", "e", "d", "a", "c", "f"]
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_reattach_order_meets_every_fence_that_any_order_meets(seed: int) -> None:
+    """Jackson's rule: if some order of the paced Reattaches reaches every agent
+    before its fence, the relay's order does too (checked against all 5,040 orders)."""
+    rng = random.Random(seed)
+    rate, fence_s, start = 100.0, 0.3, 10.0
+    acked = {f"n{i}": rng.uniform(9.75, 10.0) for i in range(7)}
+    relay = _relay(rate=rate)
+    for key, at in acked.items():
+        relay.held(key)
+        relay.detach(key, at)
+    order: list[str] = []
+    now = start
+    while relay.detached:
+        order += relay.reattach(now)
+        now += 1.0 / rate
+    lateness = [start + k / rate - (acked[key] + fence_s) for k, key in enumerate(order)]
+    best = min(
+        max(start + k / rate - (acked[key] + fence_s) for k, key in enumerate(perm))
+        for perm in itertools.permutations(acked)
+    )
+    assert max(lateness) <= best + 1e-9
+
+
+def test_a_session_detached_again_is_queued_by_its_new_ack_time() -> None:
+    relay = _relay(rate=1000.0)
+    for key, at in (("a", 1.0), ("b", 2.0)):
+        relay.held(key)
+        relay.detach(key, at)
+    relay.held("a")  # attached again (a Hello opened it), then acked later and detached
+    relay.detach("a", 3.0)
+    relay.released("b")
+    assert relay.reattach(10.0) == ["a"]
+    assert relay.detached == 0
 
 
 def test_an_idle_relay_does_not_save_up_a_burst() -> None:

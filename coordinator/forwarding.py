@@ -124,6 +124,10 @@ gRPC retries until this passes)."""
 
 _OK = grpc.StatusCode.OK.value[0]
 
+ACCEPTED_METADATA = "lazarus-forward-accepted"
+"""Initial metadata a leader sends on a Forward stream it accepts (it leads now):
+a follower sends its agents Reattaches only once it has seen it."""
+
 MEMBER_ID_METADATA = "lazarus-member-id"
 """Call metadata of a Forward stream: the follower's member id (``lazarus nodes`` shows it)."""
 
@@ -405,6 +409,7 @@ class ForwardService:
             await context.abort(
                 grpc.StatusCode.UNAVAILABLE, "not the leader; forward to the current leader"
             )
+        await context.send_initial_metadata(((ACCEPTED_METADATA, "1"),))
         peer = context.peer()
         metadata = dict(context.invocation_metadata() or ())
         member = str(metadata.get(MEMBER_ID_METADATA, "")) or peer
@@ -612,6 +617,8 @@ class _Link:
         self._failed = failed
         self.term = term
         self.closed = False
+        self.accepted = False
+        """The leader accepted the stream (``ACCEPTED_METADATA``): it leads."""
         self._observer = observer
         self._max_outbound = max_outbound
         self._detached = detached
@@ -625,6 +632,37 @@ class _Link:
         )
         self._call = call(self._requests(), metadata=((MEMBER_ID_METADATA, member_id),))
         self._reader = asyncio.create_task(self._read(), name=f"forward-link-{address}")
+
+    async def accept(self, timeout_s: float) -> bool:
+        """Wait up to ``timeout_s`` for the leader's answer to the stream.
+
+        True when it accepted it (``ACCEPTED_METADATA``: it leads), False when
+        it ended the stream at once (not leading yet, or no longer). A leader
+        of an earlier release sends no such metadata and refuses at once when
+        it does not lead: a stream it keeps open counts as accepted, so a
+        rolling upgrade keeps forwarding.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        # Shielded: waiting on the call's own futures must not cancel them.
+        metadata = asyncio.shield(self._call.initial_metadata())
+        done, _ = await asyncio.wait({metadata}, timeout=timeout_s)
+        if (
+            done
+            and metadata.exception() is None
+            and any(key == ACCEPTED_METADATA for key, _ in metadata.result())
+        ):
+            self.accepted = True
+            return True
+        if done:
+            # Initial metadata without the word: a refusal (the status follows
+            # at once) or an earlier release's leader writing a reply.
+            code = asyncio.shield(self._call.code())
+            ended, _ = await asyncio.wait({code}, timeout=max(0.0, deadline - loop.time()))
+            self.accepted = not ended
+        else:
+            self.accepted = not self._call.done()
+        return self.accepted
 
     async def _requests(self) -> AsyncIterator[replica_pb2.ForwardBatch]:
         async for batch in _batches(self._send, BATCH_LINGER_S):
@@ -740,11 +778,15 @@ class _Link:
 
 
 RELAY_SETTINGS = RelaySettings(
-    reattach_rate_per_s=500.0, reattach_hello_timeout_s=5.0, failed_leader_hold_off_s=1.0
+    reattach_rate_per_s=500.0,
+    reattach_hello_timeout_s=5.0,
+    failed_leader_hold_off_s=1.0,
+    unanswered_retry_s=0.2,
 )
 """At most 500 Reattaches a second after a leader change; an agent that sends no
 Hello 5 s after its Reattach has its stream ended (UNAVAILABLE); a leader whose
-link just broke is not redialled for 1 s while the election still names it."""
+link just broke is not redialled for 1 s while the election still names it, one
+that did not accept a link (not leading yet) for 0.2 s."""
 
 RELINK_INTERVAL_S = 0.1
 """How often a follower with detached Sessions looks for a leader to carry them to."""
@@ -801,7 +843,7 @@ class SessionForwarder:
             link.fail(f"the election shows a new leader, term {term} at {address or '?'}")
 
     def _link_failed(self, link: _Link) -> None:
-        self._policy.failed(link.address, link.term, time.monotonic())
+        self._policy.failed(link.address, link.term, time.monotonic(), answered=link.accepted)
 
     def _detach(self, held: _Held) -> None:
         if held in self._held:
@@ -845,6 +887,7 @@ class SessionForwarder:
                 await asyncio.wait_for(channel.channel_ready(), LINK_CONNECT_TIMEOUT_S)
             except TimeoutError:
                 _log.warning("the leader at %s does not answer; not forwarding", leader.value)
+                self._policy.failed(leader.value, leader.term, time.monotonic(), answered=False)
                 return None
             link = _Link(
                 leader.value,
@@ -856,6 +899,11 @@ class SessionForwarder:
                 self._link_failed,
                 self._runtime.settings.member_id,
             )
+            if not await link.accept(LINK_CONNECT_TIMEOUT_S):
+                # Named by the election but not leading yet (its runtime is still
+                # taking over), or paused: ask again soon (``LinkPolicy``).
+                link.fail("the leader did not accept the Forward stream")
+                return None
             self._link = link
             _log.info("forwarding Sessions to the leader at %s (term %d)", link.address, link.term)
             return link

@@ -82,14 +82,24 @@ class RelaySettings:
             broke, that leader is not dialled again for this long while the
             election still names it (a crashed leader's key outlives it by up
             to the lease TTL; redialling it only delays the next one).
+        unanswered_retry_s: the hold-off instead when that leader never
+            accepted the link (not reachable in time, or named by the
+            election but still taking over: its runtime refuses Forward
+            until it leads): ask again soon rather than lose a second.
     """
 
     reattach_rate_per_s: float = 500.0
     reattach_hello_timeout_s: float = 5.0
     failed_leader_hold_off_s: float = 1.0
+    unanswered_retry_s: float = 0.2
 
     def __post_init__(self) -> None:
-        for name in ("reattach_rate_per_s", "reattach_hello_timeout_s", "failed_leader_hold_off_s"):
+        for name in (
+            "reattach_rate_per_s",
+            "reattach_hello_timeout_s",
+            "failed_leader_hold_off_s",
+            "unanswered_retry_s",
+        ):
             value = getattr(self, name)
             if not (math.isfinite(value) and value > 0):
                 raise UsageError(f"{name}: must be finite and > 0, got {value!r}")
@@ -114,11 +124,18 @@ class LinkPolicy:
 
     def __init__(self, settings: RelaySettings | None = None) -> None:
         self._settings = settings if settings is not None else RelaySettings()
-        self._failed: tuple[str, int, float] | None = None
+        self._failed: tuple[str, int, float] | None = None  # address, term, held off until
 
-    def failed(self, address: str, term: int, now_s: float) -> None:
-        """The link to the leader at ``address`` in ``term`` broke at ``now_s``."""
-        self._failed = (address, term, now_s)
+    def failed(self, address: str, term: int, now_s: float, *, answered: bool = True) -> None:
+        """The link to the leader at ``address`` in ``term`` broke at ``now_s``.
+
+        ``answered``: the leader had accepted it (it led, then went: hold off
+        ``failed_leader_hold_off_s``); False when it never did (hold off only
+        ``unanswered_retry_s``).
+        """
+        settings = self._settings
+        wait = settings.failed_leader_hold_off_s if answered else settings.unanswered_retry_s
+        self._failed = (address, term, now_s + wait)
 
     def choose(
         self,
@@ -145,7 +162,8 @@ class LinkPolicy:
 
         Returns:
             DIAL, or why not: NO_LEADER, HOLD_OFF (that leader's link broke
-            less than ``failed_leader_hold_off_s`` ago), OWN.
+            less than ``failed_leader_hold_off_s`` ago, or it did not accept
+            one less than ``unanswered_retry_s`` ago), OWN.
         """
         if not leader_address:
             return LinkChoice.NO_LEADER
@@ -154,7 +172,7 @@ class LinkPolicy:
             failed is not None
             and failed[0] == leader_address
             and failed[1] == leader_term
-            and now_s - failed[2] < self._settings.failed_leader_hold_off_s
+            and now_s < failed[2]
         ):
             return LinkChoice.HOLD_OFF
         if leader_address == own_address and not (to_self and leading):

@@ -209,6 +209,17 @@ def test_a_leader_whose_link_just_broke_is_not_redialled_until_the_hold_off_pass
     assert _choose(policy, "new:1", 3, now_s=10.1) is LinkChoice.DIAL
 
 
+def test_a_leader_that_never_accepted_the_link_is_asked_again_soon() -> None:
+    policy = LinkPolicy(RelaySettings(failed_leader_hold_off_s=1.0, unanswered_retry_s=0.2))
+    # Named by the election, still taking over: it refused the stream.
+    policy.failed("new:1", 4, now_s=10.0, answered=False)
+    assert _choose(policy, "new:1", 4, now_s=10.1) is LinkChoice.HOLD_OFF
+    assert _choose(policy, "new:1", 4, now_s=10.2) is LinkChoice.DIAL
+    # It led, then its link broke: the full hold-off.
+    policy.failed("new:1", 4, now_s=20.0, answered=True)
+    assert _choose(policy, "new:1", 4, now_s=20.5) is LinkChoice.HOLD_OFF
+
+
 def test_a_replica_links_to_itself_only_to_carry_its_sessions_while_it_leads() -> None:
     policy = LinkPolicy()
     assert _choose(policy, "me:1") is LinkChoice.OWN  # a new Session: served here directly
@@ -225,7 +236,13 @@ def test_an_open_link_is_outdated_by_any_change_of_leader_address_or_term() -> N
 
 
 @pytest.mark.parametrize(
-    "field", ["reattach_rate_per_s", "reattach_hello_timeout_s", "failed_leader_hold_off_s"]
+    "field",
+    [
+        "reattach_rate_per_s",
+        "reattach_hello_timeout_s",
+        "failed_leader_hold_off_s",
+        "unanswered_retry_s",
+    ],
 )
 def test_settings_refuse_non_positive_values(field: str) -> None:
     with pytest.raises(UsageError, match=field):

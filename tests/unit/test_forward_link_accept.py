@@ -1,0 +1,104 @@
+"""A follower's link waits for the leader to accept its Forward stream (issue 20).
+
+The election names the next leader before that replica's runtime leads (it is
+still taking over); its ForwardService refuses the stream until then. The
+follower sends its agents Reattaches only over a link the leader accepted, and
+asks again soon (not after the 1 s hold-off of a leader that went). Real gRPC
+on loopback; the runtime is a fake of our own interface (``leading``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import grpc
+import pytest
+
+from coordinator.forwarding import (
+    REPLICA_SERVICE_NAME,
+    _Link,
+    _NullObserver,
+    add_replica_service,
+)
+from lazarus.v1 import replica_pb2
+
+
+class _Runtime:
+    leading = False
+
+
+async def _never(requests: AsyncIterator[bytes], context: Any) -> None:
+    async for _ in requests:
+        pass
+
+
+async def _old_release(requests: AsyncIterator[replica_pb2.ForwardBatch], context: Any) -> None:
+    """An earlier release's leader: accepts without a word, writes only replies."""
+    async for _ in requests:
+        pass
+
+
+async def _server(handler: str, runtime: _Runtime) -> tuple[grpc.aio.Server, str]:
+    server = grpc.aio.server()
+    if handler == "current":
+        add_replica_service(server, runtime, _never)  # type: ignore[arg-type]
+    else:
+        method = grpc.stream_stream_rpc_method_handler(
+            _old_release,
+            request_deserializer=replica_pb2.ForwardBatch.FromString,
+            response_serializer=replica_pb2.ForwardBatch.SerializeToString,
+        )
+        server.add_generic_rpc_handlers(
+            (grpc.method_handlers_generic_handler(REPLICA_SERVICE_NAME, {"Forward": method}),)
+        )
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    return server, f"127.0.0.1:{port}"
+
+
+async def _accept(address: str, timeout_s: float = 0.5) -> tuple[bool, float, list[_Link]]:
+    failed: list[_Link] = []
+    channel = grpc.aio.insecure_channel(address)
+    await asyncio.wait_for(channel.channel_ready(), 5)
+    link = _Link(address, 7, channel, _NullObserver(), 100, lambda held: None, failed.append)
+    started = time.monotonic()
+    accepted = await link.accept(timeout_s)
+    took = time.monotonic() - started
+    if not accepted:
+        link.fail("the leader did not accept the Forward stream")
+    await link.close()
+    await channel.close()
+    return accepted, took, failed
+
+
+@pytest.mark.timeout(30)
+async def test_a_leader_still_taking_over_refuses_at_once_and_the_link_is_not_used() -> None:
+    runtime = _Runtime()
+    server, address = await _server("current", runtime)
+    try:
+        accepted, took, failed = await _accept(address)
+        assert not accepted
+        assert took < 0.4  # a refusal, not the timeout
+        assert len(failed) == 1
+        assert not failed[0].accepted  # so the policy's short retry applies
+        runtime.leading = True
+        accepted, took, failed = await _accept(address)
+        assert accepted
+        assert took < 0.4  # its word, not the wait running out
+        assert failed == []
+    finally:
+        await server.stop(None)
+
+
+@pytest.mark.timeout(30)
+async def test_an_earlier_release_leader_that_keeps_the_stream_open_is_accepted() -> None:
+    server, address = await _server("old", _Runtime())
+    try:
+        accepted, took, _ = await _accept(address, timeout_s=0.3)
+        assert accepted
+        assert took >= 0.25  # it said nothing: accepted once the wait ran out
+    finally:
+        await server.stop(None)

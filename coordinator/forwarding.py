@@ -781,7 +781,7 @@ RELAY_SETTINGS = RelaySettings(
     reattach_rate_per_s=500.0,
     reattach_hello_timeout_s=5.0,
     failed_leader_hold_off_s=1.0,
-    unanswered_retry_s=0.2,
+    refused_retry_s=0.2,
 )
 """At most 500 Reattaches a second after a leader change; an agent that sends no
 Hello 5 s after its Reattach has its stream ended (UNAVAILABLE); a leader whose
@@ -843,7 +843,7 @@ class SessionForwarder:
             link.fail(f"the election shows a new leader, term {term} at {address or '?'}")
 
     def _link_failed(self, link: _Link) -> None:
-        self._policy.failed(link.address, link.term, time.monotonic(), answered=link.accepted)
+        self._policy.failed(link.address, link.term, time.monotonic(), refused=not link.accepted)
 
     def _detach(self, held: _Held) -> None:
         if held in self._held:
@@ -854,21 +854,26 @@ class SessionForwarder:
         if self._reattacher is None or self._reattacher.done():
             self._reattacher = asyncio.create_task(self._reattach(), name="fan-in-reattach")
 
-    async def _current_link(self, to_self: bool = False) -> _Link | None:
+    async def _current_link(self, to_self: bool = False) -> tuple[_Link | None, bool]:
         """The open link to the leader, or a new one; None when no leader answers.
 
         ``to_self``: when this replica leads, link to itself (the Sessions it
         held as a follower stay on their streams and are served here).
+
+        Returns:
+            The link (or None), and whether the leader the election names is
+            alive but refused the link because it is still taking over: a new
+            Session can wait for it (held detached) rather than be sent away.
         """
         async with self._connecting:
             link = self._link
             if link is not None and not link.closed:
-                return link
+                return link, False
             try:
                 leader = await self._runtime.election.leader()
             except Exception as exc:  # etcd unreachable: no leader we can name
                 _log.warning("reading the leader to forward to failed: %s", exc)
-                return None
+                return None, False
             choice = self._policy.choose(
                 leader.value if leader is not None else "",
                 leader.term if leader is not None else 0,
@@ -878,7 +883,7 @@ class SessionForwarder:
                 now_s=time.monotonic(),
             )
             if choice is not LinkChoice.DIAL or leader is None:
-                return None
+                return None, choice is LinkChoice.RETRY_SOON
             channel = self._channels.get(leader.value)
             if channel is None:
                 channel = self._tls.aio_channel(leader.value)
@@ -887,8 +892,8 @@ class SessionForwarder:
                 await asyncio.wait_for(channel.channel_ready(), LINK_CONNECT_TIMEOUT_S)
             except TimeoutError:
                 _log.warning("the leader at %s does not answer; not forwarding", leader.value)
-                self._policy.failed(leader.value, leader.term, time.monotonic(), answered=False)
-                return None
+                self._policy.failed(leader.value, leader.term, time.monotonic())
+                return None, False
             link = _Link(
                 leader.value,
                 leader.term,
@@ -903,10 +908,10 @@ class SessionForwarder:
                 # Named by the election but not leading yet (its runtime is still
                 # taking over), or paused: ask again soon (``LinkPolicy``).
                 link.fail("the leader did not accept the Forward stream")
-                return None
+                return None, True
             self._link = link
             _log.info("forwarding Sessions to the leader at %s (term %d)", link.address, link.term)
-            return link
+            return link, False
 
     async def _reattach(self) -> None:
         """Carry detached Sessions to the next leader that answers; until none is left."""
@@ -919,7 +924,7 @@ class SessionForwarder:
             if not relay.detached:
                 await asyncio.sleep(RELINK_INTERVAL_S)
                 continue
-            link = await self._current_link(to_self=True)
+            link, _ = await self._current_link(to_self=True)
             if link is None:
                 await asyncio.sleep(RELINK_INTERVAL_S)
                 continue
@@ -955,15 +960,21 @@ class SessionForwarder:
             False at once when there is no leader to forward to (the caller
             answers NotLeader, as a replica without fan-in does); True once
             the Session is over (ended as the leader ended it, or with
-            UNAVAILABLE when it cannot be carried to a leader).
+            UNAVAILABLE when it cannot be carried to a leader). A leader that
+            is named but still taking over (it refused the link) is waited
+            for: the Session is held detached, and its agent gets a Reattach
+            once that leader accepts.
         """
-        link = await self._current_link()
-        if link is None:
+        link, taking_over = await self._current_link()
+        if link is None and not taking_over:
             return False
         held = _Held()
         self._held.add(held)
         self._relay.held(held)
-        link.open(held)
+        if link is not None:
+            link.open(held)
+        else:
+            self._detach(held)
         observer = self._observer
         observer.forwarded_sessions("follower", 1)
         reader = asyncio.create_task(self._pump(requests, held))

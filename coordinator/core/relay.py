@@ -82,23 +82,23 @@ class RelaySettings:
             broke, that leader is not dialled again for this long while the
             election still names it (a crashed leader's key outlives it by up
             to the lease TTL; redialling it only delays the next one).
-        unanswered_retry_s: the hold-off instead when that leader never
-            accepted the link (not reachable in time, or named by the
-            election but still taking over: its runtime refuses Forward
-            until it leads): ask again soon rather than lose a second.
+        refused_retry_s: the hold-off instead when that leader answered
+            but refused the link (named by the election, still taking over:
+            its runtime refuses Forward until it leads): ask again soon
+            rather than lose a second.
     """
 
     reattach_rate_per_s: float = 500.0
     reattach_hello_timeout_s: float = 5.0
     failed_leader_hold_off_s: float = 1.0
-    unanswered_retry_s: float = 0.2
+    refused_retry_s: float = 0.2
 
     def __post_init__(self) -> None:
         for name in (
             "reattach_rate_per_s",
             "reattach_hello_timeout_s",
             "failed_leader_hold_off_s",
-            "unanswered_retry_s",
+            "refused_retry_s",
         ):
             value = getattr(self, name)
             if not (math.isfinite(value) and value > 0):
@@ -111,6 +111,7 @@ class LinkChoice(enum.Enum):
     DIAL = "dial"  # link to the leader the election names
     NO_LEADER = "no_leader"  # the election names none: nobody to forward to
     HOLD_OFF = "hold_off"  # the link to that very leader just broke: wait for the election
+    RETRY_SOON = "retry_soon"  # that leader refused the link moments ago: still taking over
     OWN = "own"  # this replica is named: it serves its Sessions itself, no link
 
 
@@ -124,18 +125,20 @@ class LinkPolicy:
 
     def __init__(self, settings: RelaySettings | None = None) -> None:
         self._settings = settings if settings is not None else RelaySettings()
-        self._failed: tuple[str, int, float] | None = None  # address, term, held off until
+        # address, term, held off until, and whether that leader refused the link
+        self._failed: tuple[str, int, float, bool] | None = None
 
-    def failed(self, address: str, term: int, now_s: float, *, answered: bool = True) -> None:
-        """The link to the leader at ``address`` in ``term`` broke at ``now_s``.
+    def failed(self, address: str, term: int, now_s: float, *, refused: bool = False) -> None:
+        """The link to the leader at ``address`` in ``term`` failed at ``now_s``.
 
-        ``answered``: the leader had accepted it (it led, then went: hold off
-        ``failed_leader_hold_off_s``); False when it never did (hold off only
-        ``unanswered_retry_s``).
+        ``refused``: the leader answered but did not accept the link (named
+        by the election, not leading yet): ask again after
+        ``refused_retry_s``. Otherwise (it led and went, or it could not be
+        reached at all) hold off ``failed_leader_hold_off_s``.
         """
         settings = self._settings
-        wait = settings.failed_leader_hold_off_s if answered else settings.unanswered_retry_s
-        self._failed = (address, term, now_s + wait)
+        wait = settings.refused_retry_s if refused else settings.failed_leader_hold_off_s
+        self._failed = (address, term, now_s + wait, refused)
 
     def choose(
         self,
@@ -162,8 +165,9 @@ class LinkPolicy:
 
         Returns:
             DIAL, or why not: NO_LEADER, HOLD_OFF (that leader's link broke
-            less than ``failed_leader_hold_off_s`` ago, or it did not accept
-            one less than ``unanswered_retry_s`` ago), OWN.
+            less than ``failed_leader_hold_off_s`` ago), RETRY_SOON (it did
+            not accept one less than ``refused_retry_s`` ago: a new
+            Session may wait for it), OWN.
         """
         if not leader_address:
             return LinkChoice.NO_LEADER
@@ -174,7 +178,7 @@ class LinkPolicy:
             and failed[1] == leader_term
             and now_s < failed[2]
         ):
-            return LinkChoice.HOLD_OFF
+            return LinkChoice.RETRY_SOON if failed[3] else LinkChoice.HOLD_OFF
         if leader_address == own_address and not (to_self and leading):
             return LinkChoice.OWN
         return LinkChoice.DIAL

@@ -10,6 +10,7 @@ on loopback; the runtime is a fake of our own interface (``leading``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -19,11 +20,12 @@ import pytest
 
 from coordinator.forwarding import (
     REPLICA_SERVICE_NAME,
+    SessionForwarder,
     _Link,
     _NullObserver,
     add_replica_service,
 )
-from lazarus.v1 import replica_pb2
+from lazarus.v1 import agent_pb2, replica_pb2
 
 
 class _Runtime:
@@ -102,3 +104,94 @@ async def test_an_earlier_release_leader_that_keeps_the_stream_open_is_accepted(
         assert took >= 0.25  # it said nothing: accepted once the wait ran out
     finally:
         await server.stop(None)
+
+
+class _Leader:
+    def __init__(self, value: str, term: int) -> None:
+        self.value, self.term = value, term
+
+
+class _Election:
+    def __init__(self, address: str) -> None:
+        self.address = address
+
+    async def leader(self) -> _Leader:
+        return _Leader(self.address, 4)
+
+
+class _Settings:
+    advertise_address = "127.0.0.1:1"  # this follower
+    member_id = "coordinator-2"
+
+
+class _FollowerRuntime:
+    leading = False
+    settings = _Settings()
+
+    def __init__(self, address: str) -> None:
+        self.election = _Election(address)
+
+    def on_leader_observed(self, callback: Any) -> None:
+        pass
+
+
+class _AgentStream:
+    """The agent's side of a Session the follower holds: what it was sent."""
+
+    def __init__(self) -> None:
+        self.written: list[agent_pb2.CoordinatorMessage] = []
+
+    async def write(self, raw: bytes) -> None:
+        self.written.append(agent_pb2.CoordinatorMessage.FromString(raw))
+
+    async def abort(self, code: grpc.StatusCode, details: str = "") -> None:
+        raise AssertionError(f"the Session was ended: {code} {details}")
+
+
+@pytest.mark.timeout(30)
+async def test_a_new_session_waits_for_a_leader_still_taking_over_then_is_reattached() -> None:
+    """Named by the election but not leading yet: the agent is not sent away
+    (NotLeader); its Session is held, and once the leader accepts the link
+    the agent gets a Reattach (its next Hello opens the Session there)."""
+    leader_runtime = _Runtime()
+    server, address = await _server("current", leader_runtime)
+    forwarder = SessionForwarder(_FollowerRuntime(address))  # type: ignore[arg-type]
+    agent = _AgentStream()
+    stop = asyncio.Event()
+
+    async def requests() -> AsyncIterator[bytes]:
+        yield agent_pb2.AgentMessage(hello=agent_pb2.Hello(node_id="n1")).SerializeToString()
+        await stop.wait()
+
+    holding = asyncio.create_task(forwarder.hold(requests(), agent))  # type: ignore[arg-type]
+    try:
+        await asyncio.sleep(0.5)
+        assert not holding.done()  # held, not answered NotLeader (False)
+        assert agent.written == []
+        leader_runtime.leading = True
+        for _ in range(100):
+            if agent.written:
+                break
+            await asyncio.sleep(0.05)
+        assert [m.WhichOneof("body") for m in agent.written] == ["reattach"]
+        assert agent.written[0].reattach.term == 4
+    finally:
+        stop.set()
+        holding.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await holding
+        await forwarder.close()
+        await server.stop(None)
+
+
+@pytest.mark.timeout(30)
+async def test_with_no_leader_named_a_new_session_is_sent_away_at_once() -> None:
+    forwarder = SessionForwarder(_FollowerRuntime(""))  # type: ignore[arg-type]
+
+    async def requests() -> AsyncIterator[bytes]:
+        yield agent_pb2.AgentMessage(hello=agent_pb2.Hello(node_id="n1")).SerializeToString()
+
+    try:
+        assert await forwarder.hold(requests(), _AgentStream()) is False  # type: ignore[arg-type]
+    finally:
+        await forwarder.close()

@@ -210,14 +210,15 @@ def test_a_leader_whose_link_just_broke_is_not_redialled_until_the_hold_off_pass
 
 
 def test_a_leader_that_never_accepted_the_link_is_asked_again_soon() -> None:
-    policy = LinkPolicy(RelaySettings(failed_leader_hold_off_s=1.0, unanswered_retry_s=0.2))
+    policy = LinkPolicy(RelaySettings(failed_leader_hold_off_s=1.0, refused_retry_s=0.2))
     # Named by the election, still taking over: it refused the stream.
-    policy.failed("new:1", 4, now_s=10.0, answered=False)
-    assert _choose(policy, "new:1", 4, now_s=10.1) is LinkChoice.HOLD_OFF
+    policy.failed("new:1", 4, now_s=10.0, refused=True)
+    assert _choose(policy, "new:1", 4, now_s=10.1) is LinkChoice.RETRY_SOON
     assert _choose(policy, "new:1", 4, now_s=10.2) is LinkChoice.DIAL
-    # It led, then its link broke: the full hold-off.
-    policy.failed("new:1", 4, now_s=20.0, answered=True)
+    # It led, then its link broke (or it could not be reached): the full hold-off.
+    policy.failed("new:1", 4, now_s=20.0)
     assert _choose(policy, "new:1", 4, now_s=20.5) is LinkChoice.HOLD_OFF
+    assert _choose(policy, "new:1", 4, now_s=21.0) is LinkChoice.DIAL
 
 
 def test_a_replica_links_to_itself_only_to_carry_its_sessions_while_it_leads() -> None:
@@ -241,7 +242,7 @@ def test_an_open_link_is_outdated_by_any_change_of_leader_address_or_term() -> N
         "reattach_rate_per_s",
         "reattach_hello_timeout_s",
         "failed_leader_hold_off_s",
-        "unanswered_retry_s",
+        "refused_retry_s",
     ],
 )
 def test_settings_refuse_non_positive_values(field: str) -> None:

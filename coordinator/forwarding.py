@@ -854,26 +854,21 @@ class SessionForwarder:
         if self._reattacher is None or self._reattacher.done():
             self._reattacher = asyncio.create_task(self._reattach(), name="fan-in-reattach")
 
-    async def _current_link(self, to_self: bool = False) -> tuple[_Link | None, bool]:
+    async def _current_link(self, to_self: bool = False) -> _Link | None:
         """The open link to the leader, or a new one; None when no leader answers.
 
         ``to_self``: when this replica leads, link to itself (the Sessions it
         held as a follower stay on their streams and are served here).
-
-        Returns:
-            The link (or None), and whether the leader the election names is
-            alive but refused the link because it is still taking over: a new
-            Session can wait for it (held detached) rather than be sent away.
         """
         async with self._connecting:
             link = self._link
             if link is not None and not link.closed:
-                return link, False
+                return link
             try:
                 leader = await self._runtime.election.leader()
             except Exception as exc:  # etcd unreachable: no leader we can name
                 _log.warning("reading the leader to forward to failed: %s", exc)
-                return None, False
+                return None
             choice = self._policy.choose(
                 leader.value if leader is not None else "",
                 leader.term if leader is not None else 0,
@@ -883,7 +878,7 @@ class SessionForwarder:
                 now_s=time.monotonic(),
             )
             if choice is not LinkChoice.DIAL or leader is None:
-                return None, choice is LinkChoice.RETRY_SOON
+                return None  # none named, held off, or this replica
             channel = self._channels.get(leader.value)
             if channel is None:
                 channel = self._tls.aio_channel(leader.value)
@@ -893,7 +888,7 @@ class SessionForwarder:
             except TimeoutError:
                 _log.warning("the leader at %s does not answer; not forwarding", leader.value)
                 self._policy.failed(leader.value, leader.term, time.monotonic())
-                return None, False
+                return None
             link = _Link(
                 leader.value,
                 leader.term,
@@ -908,10 +903,10 @@ class SessionForwarder:
                 # Named by the election but not leading yet (its runtime is still
                 # taking over), or paused: ask again soon (``LinkPolicy``).
                 link.fail("the leader did not accept the Forward stream")
-                return None, True
+                return None
             self._link = link
             _log.info("forwarding Sessions to the leader at %s (term %d)", link.address, link.term)
-            return link, False
+            return link
 
     async def _reattach(self) -> None:
         """Carry detached Sessions to the next leader that answers; until none is left."""
@@ -924,7 +919,7 @@ class SessionForwarder:
             if not relay.detached:
                 await asyncio.sleep(RELINK_INTERVAL_S)
                 continue
-            link, _ = await self._current_link(to_self=True)
+            link = await self._current_link(to_self=True)
             if link is None:
                 await asyncio.sleep(RELINK_INTERVAL_S)
                 continue
@@ -960,21 +955,20 @@ class SessionForwarder:
             False at once when there is no leader to forward to (the caller
             answers NotLeader, as a replica without fan-in does); True once
             the Session is over (ended as the leader ended it, or with
-            UNAVAILABLE when it cannot be carried to a leader). A leader that
-            is named but still taking over (it refused the link) is waited
-            for: the Session is held detached, and its agent gets a Reattach
-            once that leader accepts.
+            UNAVAILABLE when it cannot be carried to a leader). Also False
+            while the leader the election names is still taking over (it
+            refused the link): holding the Session would put its agent in
+            the paced Reattach queue behind the Sessions already held, where
+            answering NotLeader lets it open a Session directly a moment
+            later (measured: ``bench/README.md``, fan-in failover).
         """
-        link, taking_over = await self._current_link()
-        if link is None and not taking_over:
+        link = await self._current_link()
+        if link is None:
             return False
         held = _Held()
         self._held.add(held)
         self._relay.held(held)
-        if link is not None:
-            link.open(held)
-        else:
-            self._detach(held)
+        link.open(held)
         observer = self._observer
         observer.forwarded_sessions("follower", 1)
         reader = asyncio.create_task(self._pump(requests, held))

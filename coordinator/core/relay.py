@@ -166,8 +166,7 @@ class LinkPolicy:
         Returns:
             DIAL, or why not: NO_LEADER, HOLD_OFF (that leader's link broke
             less than ``failed_leader_hold_off_s`` ago), RETRY_SOON (it did
-            not accept one less than ``refused_retry_s`` ago: a new
-            Session may wait for it), OWN.
+            not accept one less than ``refused_retry_s`` ago), OWN.
         """
         if not leader_address:
             return LinkChoice.NO_LEADER

@@ -786,7 +786,7 @@ RELAY_SETTINGS = RelaySettings(
 """At most 500 Reattaches a second after a leader change; an agent that sends no
 Hello 5 s after its Reattach has its stream ended (UNAVAILABLE); a leader whose
 link just broke is not redialled for 1 s while the election still names it, one
-that did not accept a link (not leading yet) for 0.2 s."""
+that never accepted a link (not leading yet, or not answering in time) for 0.2 s."""
 
 RELINK_INTERVAL_S = 0.1
 """How often a follower with detached Sessions looks for a leader to carry them to."""
@@ -843,7 +843,7 @@ class SessionForwarder:
             link.fail(f"the election shows a new leader, term {term} at {address or '?'}")
 
     def _link_failed(self, link: _Link) -> None:
-        self._policy.failed(link.address, link.term, time.monotonic(), refused=not link.accepted)
+        self._policy.failed(link.address, link.term, time.monotonic(), accepted=link.accepted)
 
     def _detach(self, held: _Held) -> None:
         if held in self._held:
@@ -887,7 +887,7 @@ class SessionForwarder:
                 await asyncio.wait_for(channel.channel_ready(), LINK_CONNECT_TIMEOUT_S)
             except TimeoutError:
                 _log.warning("the leader at %s does not answer; not forwarding", leader.value)
-                self._policy.failed(leader.value, leader.term, time.monotonic())
+                self._policy.failed(leader.value, leader.term, time.monotonic(), accepted=False)
                 return None
             link = _Link(
                 leader.value,

@@ -82,10 +82,10 @@ class RelaySettings:
             broke, that leader is not dialled again for this long while the
             election still names it (a crashed leader's key outlives it by up
             to the lease TTL; redialling it only delays the next one).
-        refused_retry_s: the hold-off instead when that leader answered
-            but refused the link (named by the election, still taking over:
-            its runtime refuses Forward until it leads): ask again soon
-            rather than lose a second.
+        refused_retry_s: the hold-off instead when that leader never
+            accepted the link (named by the election, still taking over:
+            its runtime refuses Forward until it leads, and may be slow to
+            answer at all): ask again soon rather than lose a second.
     """
 
     reattach_rate_per_s: float = 500.0
@@ -125,20 +125,21 @@ class LinkPolicy:
 
     def __init__(self, settings: RelaySettings | None = None) -> None:
         self._settings = settings if settings is not None else RelaySettings()
-        # address, term, held off until, and whether that leader refused the link
+        # address, term, held off until, and whether that leader never accepted the link
         self._failed: tuple[str, int, float, bool] | None = None
 
-    def failed(self, address: str, term: int, now_s: float, *, refused: bool = False) -> None:
+    def failed(self, address: str, term: int, now_s: float, *, accepted: bool = True) -> None:
         """The link to the leader at ``address`` in ``term`` failed at ``now_s``.
 
-        ``refused``: the leader answered but did not accept the link (named
-        by the election, not leading yet): ask again after
-        ``refused_retry_s``. Otherwise (it led and went, or it could not be
-        reached at all) hold off ``failed_leader_hold_off_s``.
+        ``accepted``: the leader had accepted the link (it led, then went:
+        hold off ``failed_leader_hold_off_s``). False when it never did (it
+        refused the link, being named by the election but still taking
+        over, or did not answer in time, as a replica busy taking over may
+        not): ask again after ``refused_retry_s``.
         """
         settings = self._settings
-        wait = settings.refused_retry_s if refused else settings.failed_leader_hold_off_s
-        self._failed = (address, term, now_s + wait, refused)
+        wait = settings.failed_leader_hold_off_s if accepted else settings.refused_retry_s
+        self._failed = (address, term, now_s + wait, not accepted)
 
     def choose(
         self,
@@ -166,7 +167,7 @@ class LinkPolicy:
         Returns:
             DIAL, or why not: NO_LEADER, HOLD_OFF (that leader's link broke
             less than ``failed_leader_hold_off_s`` ago), RETRY_SOON (it did
-            not accept one less than ``refused_retry_s`` ago), OWN.
+            not accept one, less than ``refused_retry_s`` ago), OWN.
         """
         if not leader_address:
             return LinkChoice.NO_LEADER

@@ -212,11 +212,11 @@ def test_a_leader_whose_link_just_broke_is_not_redialled_until_the_hold_off_pass
 def test_a_leader_that_never_accepted_the_link_is_asked_again_soon() -> None:
     policy = LinkPolicy(RelaySettings(failed_leader_hold_off_s=1.0, refused_retry_s=0.2))
     # Named by the election, still taking over: it refused the stream.
-    policy.failed("new:1", 4, now_s=10.0, refused=True)
+    policy.failed("new:1", 4, now_s=10.0, accepted=False)
     assert _choose(policy, "new:1", 4, now_s=10.1) is LinkChoice.RETRY_SOON
     assert _choose(policy, "new:1", 4, now_s=10.2) is LinkChoice.DIAL
-    # It led, then its link broke (or it could not be reached): the full hold-off.
-    policy.failed("new:1", 4, now_s=20.0)
+    # It led, then its link broke: the full hold-off.
+    policy.failed("new:1", 4, now_s=20.0, accepted=True)
     assert _choose(policy, "new:1", 4, now_s=20.5) is LinkChoice.HOLD_OFF
     assert _choose(policy, "new:1", 4, now_s=21.0) is LinkChoice.DIAL
 

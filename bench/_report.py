@@ -64,3 +64,12 @@ def write_section(name: str, markdown: str) -> None:
     else:
         text = text.rstrip() + "\n\n" + block + "\n"
     README.write_text(text)
+
+
+def publish(path: Path, result: dict[str, Any], section: str, markdown: str, readme: bool) -> None:
+    """Write ``result`` to ``path``, rewrite README section ``section`` (when
+    ``readme``), and print ``markdown``: the end of every benchmark's run."""
+    write_json(path, result)
+    if readme:
+        write_section(section, markdown)
+    print(markdown)

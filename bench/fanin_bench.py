@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _report import RESULTS_DIR, measured_commit, today, write_json, write_section
+from _report import RESULTS_DIR, measured_commit, publish, today
 from heartbeat_bench import (
     DEAD_AFTER_S,
     FENCE_AFTER_S,
@@ -242,25 +242,24 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
                 rounds += await _rounds(cluster, leader, nodes, idle_cpu, args)
         finally:
             await asyncio.to_thread(cluster.stop)
-    if args.sweep:
-        return {
-            "commit": measured_commit(),
-            "date": today(),
-            "config": {"sweep": args.sweep, "rounds": args.rounds, "hold_s": args.hold_s},
-            "leader_idle_cpu_pct": 100.0 * idle_cpu,
-            "rounds": rounds,
-            "sweep": [
-                {"nodes": n, **_summary([x for x in rounds if x["nodes_asked"] == n])}
-                for n in args.sweep
-            ],
-        }
-    summary = _summary(rounds)
-    return {
+    measured: dict[str, Any] = {
         "commit": measured_commit(),
         "date": today(),
-        "config": {"nodes": args.nodes, "rounds": args.rounds, "hold_s": args.hold_s},
+        "config": {"rounds": args.rounds, "hold_s": args.hold_s},
         "leader_idle_cpu_pct": 100.0 * idle_cpu,
         "rounds": rounds,
+    }
+    if args.sweep:
+        measured["config"]["sweep"] = args.sweep
+        measured["sweep"] = [
+            {"nodes": n, **_summary([x for x in rounds if x["nodes_asked"] == n])}
+            for n in args.sweep
+        ]
+        return measured
+    measured["config"]["nodes"] = args.nodes
+    summary = _summary(rounds)
+    return {
+        **measured,
         "summary": summary["placements"],
         "leader_cpu_ratio": summary["leader_cpu_ratio"],
         "leader_marginal_cpu_ratio": summary["leader_marginal_cpu_ratio"],
@@ -447,16 +446,10 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _sigterm_as_interrupt)  # stop the cluster on SIGTERM too
     result = asyncio.run(bench(args))
     if args.sweep:
-        write_json(args.out or SWEEP_RESULTS, result)
-        text = readme_sweep(result)
-        if not args.no_readme:
-            write_section("fanin-sweep", text)
+        path, section, text = args.out or SWEEP_RESULTS, "fanin-sweep", readme_sweep(result)
     else:
-        write_json(args.out or RESULTS, result)
-        text = readme(result)
-        if not args.no_readme:
-            write_section("fanin", text)
-    print(text)
+        path, section, text = args.out or RESULTS, "fanin", readme(result)
+    publish(path, result, section, text, not args.no_readme)
     return 0
 
 

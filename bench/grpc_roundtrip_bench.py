@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _report import RESULTS_DIR, measured_commit, today, write_json, write_section
+from _report import RESULTS_DIR, measured_commit, publish, today
 
 from lazarus.v1 import replica_pb2
 
@@ -213,19 +213,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     if args.quick:
-        args.rates, args.entries, args.rounds, args.hold_s, args.no_readme = (
-            [40.0],
-            [1],
-            1,
-            1.0,
-            True,
-        )
+        args.rates, args.entries, args.rounds, args.hold_s = [40.0], [1], 1, 1.0
+        args.no_readme = True
     result = bench(args)
-    write_json(args.out, result)
-    text = readme(result)
-    if not args.no_readme:
-        write_section("grpc-roundtrip", text)
-    print(text)
+    publish(args.out, result, "grpc-roundtrip", readme(result), not args.no_readme)
     return 0
 
 

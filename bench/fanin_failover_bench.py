@@ -176,13 +176,17 @@ class FanNode:
         sender = asyncio.create_task(self._send())
         try:
             while True:
+                reason = ""
                 try:
                     reply = await self.call.read()
-                except grpc.aio.AioRpcError:
-                    reply = grpc.aio.EOF
+                except grpc.aio.AioRpcError as exc:
+                    reply, reason = grpc.aio.EOF, f"{exc.code().name}: {exc.details()}"
                 if reply is grpc.aio.EOF:
                     self.open = False
-                    self.stats.ends.append((time.time(), self.dialled))
+                    if not reason:
+                        with contextlib.suppress(Exception):
+                            reason = f"{(await self.call.code()).name}: {await self.call.details()}"
+                    self.stats.ends.append((time.time(), self.dialled, reason))
                     self.index += 1
                     await asyncio.sleep(random.uniform(0.05, 0.2))
                     await self.connect()
@@ -233,7 +237,7 @@ class FanNode:
 class Stats:
     def __init__(self) -> None:
         self.latencies: list[tuple[float, float]] = []
-        self.ends: list[tuple[float, str]] = []
+        self.ends: list[tuple[float, str, str]] = []  # when, the replica dialled, its status
         self.fenced: set[str] = set()
         self.reattaches = 0
         self.welcomes = 0
@@ -376,7 +380,7 @@ async def one_run(args: argparse.Namespace, fan_in: bool, nodes: int, fault: str
                 await w.stop()
             await asyncio.to_thread(cluster.stop)
     ends = [e for a in after for e in a["ends"]]
-    on_killed = sum(1 for _, address in ends if address == killed_address)
+    on_killed = sum(1 for _, address, _ in ends if address == killed_address)
     window = [ms for a in after for t, ms in a["latencies"] if t >= killed_at]
     last_gap = 0.0
     acked_times = sorted(t for a in after for t, _ in a["latencies"])
@@ -395,6 +399,10 @@ async def one_run(args: argparse.Namespace, fan_in: bool, nodes: int, fault: str
             len(a["fenced"]) for k, a in enumerate(after) if k != victim_index
         ),
         "sessions_dropped_on_survivors": len(ends) - on_killed,
+        # Why they ended (the status each agent's stream ended with), at most 20.
+        "survivor_end_reasons": [
+            reason for _, address, reason in ends if address != killed_address
+        ][:20],
         "sessions_dropped_on_victim": on_killed,
         "reattaches": sum(a["reattaches"] for a in after),
         "dead_verdicts": dead,

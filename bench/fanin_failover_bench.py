@@ -192,7 +192,9 @@ class FanNode:
                     await self.connect()
                     continue
                 body = reply.WhichOneof("body")
-                if body == "heartbeat_ack":
+                if body == "heartbeat_ack" and self.open:
+                    # As the agent: an ack counts only on a Welcomed Session
+                    # (not between a Reattach and the next Welcome).
                     sent = self.sent.pop(reply.heartbeat_ack.seq, None)
                     if sent is not None:
                         now = time.monotonic()

@@ -797,6 +797,22 @@ class Election:
             return Leader.from_kv(kv)
         return None
 
+    async def read_leader(self) -> tuple[int, Leader | None]:
+        """A linearizable read of the election prefix (fan-in's ``ReadElection``).
+
+        Returns:
+            (etcd's header revision of the answer, the key with the lowest
+            create revision or None when nobody campaigns). Ordered by the
+            revision, never by when the answer arrived (``docs/fan-in.md``
+            section 3).
+
+        Raises:
+            aetcd.ClientError: etcd refused or did not answer (UNAVAILABLE).
+        """
+        response = await self._candidates()  # a Range without serializable: linearizable
+        leader = next((Leader.from_kv(kv) for kv in response), None)
+        return int(response.header.revision), leader
+
     async def observe(self) -> AsyncIterator[Leader]:
         """Yield the leader each time it changes (a new key, or a new value proclaimed).
 

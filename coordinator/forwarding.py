@@ -17,8 +17,15 @@ to it comes back verbatim, and so does the status it ends it with.
 Why this is safe with no new rule: a follower writes to an agent only what
 the leader wrote, so a HeartbeatAck still means that the leader heard the
 heartbeat (``docs/fan-in.md`` rule (a), CONFIRMED), and a Welcome still means
-the leader admitted the Hello. A follower never acks on its own here; the
-interregnum rule (b) of ``coordinator.core.fanin`` is not used yet.
+the leader admitted the Hello. The one ack a follower gives on its own is
+rule (b), INTERREGNUM (:class:`_Interregnum`, the pure
+``coordinator.core.fanin.FollowerCore`` deciding): once a linearizable read
+of the election prefix shows the leader's key deleted, a heartbeat that
+arrived at most ``interregnum_window_s`` after the newest read that still
+showed it is acked, so agents do not fence while no leader can ack them.
+Every later leader gives every node ``dead_after_s`` from its own election,
+which comes after that deletion; ``docs/fan-in.md`` section 4 has the proof.
+No Welcome is ever given by (b).
 
 Failures. When the link ends (the leader crashed, resigned or stopped
 leading, or the network broke; or this replica's election watch shows
@@ -73,6 +80,18 @@ from google.protobuf.message import DecodeError
 
 from coordinator import convert
 from coordinator.core import HeartbeatDigest, HeartbeatReceived
+from coordinator.core.errors import UsageError
+from coordinator.core.fanin import (
+    Ack,
+    AckBasis,
+    ElectionObserved,
+    FanInSettings,
+    FollowerCore,
+    ReadElection,
+    SessionEnded,
+)
+from coordinator.core.fanin import Command as FanInCommand
+from coordinator.core.fanin import HeartbeatReceived as ArrivedAtReplica
 from coordinator.core.relay import (
     LinkChoice,
     LinkPolicy,
@@ -95,6 +114,7 @@ __all__ = [
     "ForwardService",
     "SessionForwarder",
     "add_replica_service",
+    "interregnum_settings",
 ]
 
 _log = logging.getLogger("lazarus.coordinator.forwarding")
@@ -131,6 +151,15 @@ a follower sends its agents Reattaches only once it has seen it."""
 MEMBER_ID_METADATA = "lazarus-member-id"
 """Call metadata of a Forward stream: the follower's member id (``lazarus nodes`` shows it)."""
 
+INTERREGNUM_CLOCK_DRIFT = 0.01
+"""rho of rule (b)'s window: every clock involved (agents', replicas') runs
+within 1 % of real time. Linux slews CLOCK_MONOTONIC by at most 0.05 %; the
+lease deadline uses 0.1 % (``coordinator.election.LEASE_CLOCK_DRIFT``); the
+window takes the simulator's more cautious 1 % (``docs/fan-in.md`` section 7)."""
+
+ELECTION_READ_TIMEOUT_S = 1.0
+"""A follower's election read not answered by then is given up (it acks nothing)."""
+
 
 class ForwardObserver(Protocol):
     """What the forwarding shell reports, for metrics (``coordinator.metrics.Metrics``)."""
@@ -149,6 +178,9 @@ class ForwardObserver(Protocol):
         (one core event per batch) or "message" (behind an older message of
         their Session, through the Session servicer)."""
 
+    def interregnum_acks(self, count: int) -> None:
+        """A follower acked ``count`` heartbeats by rule (b) (no leader could)."""
+
 
 class _NullObserver:
     def forwarded_sessions(self, side: str, delta: int) -> None:
@@ -161,6 +193,9 @@ class _NullObserver:
         pass
 
     def forward_heartbeats(self, path: str, count: int) -> None:
+        pass
+
+    def interregnum_acks(self, count: int) -> None:
         pass
 
 
@@ -577,6 +612,9 @@ class _InvalidEntry(Exception):
 # ---------------------------------------------------------------------- follower
 
 
+_HELD_IDS = itertools.count(1)
+
+
 class _Held:
     """One agent's Session that this replica holds, attached to a link or detached.
 
@@ -592,6 +630,15 @@ class _Held:
         self.acked_at: float | None = None
         """When a heartbeat ack was last relayed to the agent (monotonic; None: never):
         the Reattach order after a leader change (``SessionRelay.detach``)."""
+        self.ident = f"h{next(_HELD_IDS)}"
+        self.interregnum_key: tuple[str, str] | None = None
+        """Its key in ``_Interregnum``'s core while rule (b) may ack it (its
+        Welcome's timings are covered), else None."""
+        self.term = 0
+        """The term of the leader that Welcomed the agent's present Session."""
+        self.sent_at: dict[int, tuple[int, int]] = {}
+        """Recent heartbeats' send times (Unix ms, agent-monotonic ms) by seq,
+        echoed in a (b) ack."""
 
 
 class _Link:
@@ -612,8 +659,10 @@ class _Link:
         detached: Callable[[_Held], None],
         failed: Callable[[_Link], None] | None = None,
         member_id: str = "",
+        welcomed: Callable[[_Held, agent_pb2.Welcome], None] | None = None,
     ) -> None:
         self.address = address
+        self._welcomed = welcomed
         self._failed = failed
         self.term = term
         self.closed = False
@@ -697,8 +746,8 @@ class _Link:
             self._deliver(held, entry.session_id, message.SerializeToString())
             return
         if which == "message":
-            if held.heard:
-                self._time_ack(entry.message, held)
+            if held.heard or self._welcomed is not None:
+                self._inspect(entry.message, held)
             self._deliver(held, entry.session_id, entry.message)
             return
         del self.sessions[entry.session_id]
@@ -715,14 +764,17 @@ class _Link:
         if arrived is not None:
             self._observer.forward_ack(now - arrived)
 
-    def _time_ack(self, raw: bytes, held: _Held) -> None:
-        """A verbatim reply: if it is a heartbeat ack, time it."""
+    def _inspect(self, raw: bytes, held: _Held) -> None:
+        """A verbatim reply: time a heartbeat ack; tell rule (b) of a Welcome."""
         try:
             message = agent_pb2.CoordinatorMessage.FromString(raw)
         except DecodeError:
             return
-        if message.WhichOneof("body") == "heartbeat_ack":
+        body = message.WhichOneof("body")
+        if body == "heartbeat_ack":
             self._acked(held, message.heartbeat_ack.seq)
+        elif body == "welcome" and self._welcomed is not None:
+            self._welcomed(held, message.welcome)
 
     def _deliver(self, held: _Held, sid: str, raw: bytes) -> None:
         """Queue ``raw`` for the agent, or end a Session whose agent does not read."""
@@ -792,6 +844,180 @@ RELINK_INTERVAL_S = 0.1
 """How often a follower with detached Sessions looks for a leader to carry them to."""
 
 
+def interregnum_settings(
+    heartbeat_interval_s: float, fence_after_s: float, dead_after_s: float, lease_ttl_s: float
+) -> FanInSettings | None:
+    """Rule (b)'s timing from a replica's own settings (seconds), or None when outside the proof.
+
+    The floor ``g`` is 0 whatever ``failover_reconnect_s`` is: a new leader
+    gives a node it loaded ``dead_after_s + failover_reconnect_s``, but only
+    ``dead_after_s`` from its election once the node said Hello to it
+    (``CoordinatorCore``: the grace ends at election + ``dead_after_s``; a
+    Hello makes the node "heard"). None when the settings break I1 of
+    ``docs/fan-in.md`` at :data:`INTERREGNUM_CLOCK_DRIFT` (the window would
+    be empty): the follower then acks only what the leader confirmed.
+    """
+    try:
+        return FanInSettings(
+            heartbeat_interval_s=heartbeat_interval_s,
+            fence_after_s=fence_after_s,
+            dead_after_s=dead_after_s,
+            new_leader_floor_s=0.0,
+            lease_ttl_s=lease_ttl_s,
+            clock_drift=INTERREGNUM_CLOCK_DRIFT,
+        )
+    except UsageError as exc:
+        _log.warning("interregnum acks (fan-in rule (b)) are off: %s", exc)
+        return None
+
+
+class _Interregnum:
+    """Rule (b) of ``docs/fan-in.md`` in a follower: ack heartbeats while no leader can.
+
+    The decisions are the pure ``FollowerCore``'s (built with ``forward=False``:
+    the relay carries heartbeats and the leader's acks itself); this class
+    feeds it each held agent's heartbeats (with their arrival on this
+    replica's monotonic clock) and its Sessions' ends, runs the linearizable
+    election reads it asks for (every ``election_read_interval_s``, one at a
+    time, while this replica holds Sessions and ``needed()``: it does not lead,
+    or some Session still waits to be carried to the leader), and
+    writes the acks it answers to the agents' streams. A Session is fed only
+    once a Welcome whose timings the window covers
+    (``FanInSettings.covers``) came through: every ack then extends its
+    agent's fence within the bound the proof allows.
+
+    Args:
+        settings: the window's timing (:func:`interregnum_settings`).
+        runtime: the replica's runtime (its election).
+        observer: metrics (``interregnum_acks``).
+        needed: whether reads are worth running now (a leader whose Sessions
+            are all carried to itself acks them itself).
+    """
+
+    def __init__(
+        self,
+        settings: FanInSettings,
+        runtime: CoordinatorRuntime,
+        observer: ForwardObserver,
+        needed: Callable[[], bool],
+    ) -> None:
+        self.core = FollowerCore(settings, forward=False)
+        self._runtime = runtime
+        self._needed = needed
+        self._observer = observer
+        self._held: dict[tuple[str, str], _Held] = {}
+        self._reader: asyncio.Task[None] | None = None
+
+    def welcomed(self, held: _Held, welcome: agent_pb2.Welcome) -> None:
+        """A Welcome came through for ``held``: a new Session, fed if the window covers it."""
+        self.ended(held)
+        held.term = welcome.term
+        held.sent_at.clear()
+        covered = self.core.settings.covers(
+            welcome.heartbeat_interval_ms / 1000.0,
+            welcome.fence_after_ms / 1000.0,
+            welcome.dead_after_ms / 1000.0,
+        )
+        if not covered:
+            _log.warning(
+                "no interregnum acks for the Session %s: its Welcome's timings "
+                "(heartbeat %d ms, fence %d ms, dead %d ms) are not this replica's; "
+                "configure every replica alike",
+                welcome.session_id,
+                welcome.heartbeat_interval_ms,
+                welcome.fence_after_ms,
+                welcome.dead_after_ms,
+            )
+            return
+        key = (held.ident, welcome.session_id)
+        held.interregnum_key = key
+        self._held[key] = held
+        if self._reader is None or self._reader.done():
+            self._reader = asyncio.create_task(self._read_election(), name="fan-in-interregnum")
+
+    def heartbeat(self, held: _Held, heartbeat: agent_pb2.Heartbeat) -> None:
+        """``held``'s agent sent ``heartbeat``; it arrived now."""
+        key = held.interregnum_key
+        if key is None:
+            return
+        held.sent_at[heartbeat.seq] = (heartbeat.sent_at_unix_ms, heartbeat.sent_at_monotonic_ms)
+        while len(held.sent_at) > self.core.settings.max_pending_per_session:
+            held.sent_at.pop(next(iter(held.sent_at)))
+        self._run(self.core.step(ArrivedAtReplica(key[0], key[1], heartbeat.seq, time.monotonic())))
+
+    def ended(self, held: _Held) -> None:
+        """``held``'s Session is over (its stream ended, or a new Welcome replaces it)."""
+        key, held.interregnum_key = held.interregnum_key, None
+        if key is not None and self._held.pop(key, None) is not None:
+            self._run(self.core.step(SessionEnded(key[0], key[1], time.monotonic())))
+
+    def _run(self, commands: list[FanInCommand]) -> None:
+        acks = 0
+        for command in commands:
+            if not isinstance(command, Ack) or command.basis is not AckBasis.INTERREGNUM:
+                continue  # ReadElection is run by the reader; no ForwardBatch with forward=False
+            held = self._held.get((command.node_id, command.session_id))
+            if held is None:
+                continue
+            unix_ms, mono_ms = held.sent_at.get(command.seq, (0, 0))
+            ack = agent_pb2.HeartbeatAck(
+                seq=command.seq,
+                sent_at_unix_ms=unix_ms,
+                sent_at_monotonic_ms=mono_ms,
+                received_at_unix_ms=int(time.time() * 1000),
+                term=held.term,
+            )
+            held.inbox.put_nowait(
+                agent_pb2.CoordinatorMessage(heartbeat_ack=ack).SerializeToString()
+            )
+            acks += 1
+        if acks:
+            self._observer.interregnum_acks(acks)
+
+    async def _read_election(self) -> None:
+        """Run the core's election reads while there is a Session to ack and a need."""
+        interval_s = self.core.settings.election_read_interval_s
+        while self._held:
+            if self._needed():
+                for command in self.core.tick(time.monotonic()):
+                    if isinstance(command, ReadElection):
+                        await self._read(command.read_id)
+            await asyncio.sleep(interval_s)
+
+    async def _read(self, read_id: int) -> None:
+        try:
+            revision, leader = await asyncio.wait_for(
+                self._runtime.election.read_leader(), ELECTION_READ_TIMEOUT_S
+            )
+        except Exception as exc:  # etcd cut off or slow: the anchor ages, (b) acks stop
+            _log.debug("election read %d failed: %r", read_id, exc)
+            return
+        before = self.core.anchor_s
+        commands = self.core.step(
+            ElectionObserved(
+                read_id,
+                revision,
+                None if leader is None else leader.term,
+                "" if leader is None else leader.value,
+                time.monotonic(),
+            )
+        )
+        if self.core.anchor_s > before:
+            _log.info(
+                "the leader's election key was seen gone (revision %d): acking heartbeats "
+                "that arrive within %.3f s of the last read that showed it (rule (b))",
+                revision,
+                self.core.settings.interregnum_window_s,
+            )
+        self._run(commands)
+
+    async def close(self) -> None:
+        if self._reader is not None:
+            self._reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._reader
+
+
 class SessionForwarder:
     """A follower's side of fan-in: holds agents' Sessions, forwards them to the leader.
 
@@ -819,6 +1045,7 @@ class SessionForwarder:
         member_tls: ClientTls | None = None,
         observer: ForwardObserver | None = None,
         max_outbound: int = 10_000,
+        interregnum: FanInSettings | None = None,
     ) -> None:
         self._runtime = runtime
         self._tls = member_tls or ClientTls()
@@ -831,6 +1058,16 @@ class SessionForwarder:
         self._relay: SessionRelay[_Held] = SessionRelay(RELAY_SETTINGS)
         self._reattacher: asyncio.Task[None] | None = None
         self._policy = LinkPolicy(RELAY_SETTINGS)
+        self._interregnum = (
+            _Interregnum(
+                interregnum,
+                runtime,
+                self._observer,
+                lambda: not runtime.leading or self._relay.pending,
+            )
+            if interregnum is not None
+            else None
+        )
         runtime.on_leader_observed(self._leader_observed)
 
     def _leader_observed(self, address: str, term: int) -> None:
@@ -898,6 +1135,7 @@ class SessionForwarder:
                 self._detach,
                 self._link_failed,
                 self._runtime.settings.member_id,
+                self._interregnum.welcomed if self._interregnum is not None else None,
             )
             if not await link.accept(LINK_CONNECT_TIMEOUT_S):
                 # Named by the election but not leading yet (its runtime is still
@@ -987,6 +1225,8 @@ class SessionForwarder:
                 await reader
             self._held.discard(held)
             self._relay.released(held)
+            if self._interregnum is not None:
+                self._interregnum.ended(held)
             if held.link is not None and held.sid:
                 held.link.forget(held.sid)
             observer.forwarded_sessions("follower", -1)
@@ -994,9 +1234,16 @@ class SessionForwarder:
     async def _pump(self, requests: AsyncIterator[bytes], held: _Held) -> None:
         """The agent's messages, verbatim, onto its link; then the stream's end."""
         code, reason = grpc.StatusCode.OK, ""
+        interregnum = self._interregnum
         try:
             async for raw in requests:
                 message = _parse_agent_message(raw)
+                if (
+                    interregnum is not None
+                    and message is not None
+                    and message.WhichOneof("body") == "heartbeat"
+                ):
+                    interregnum.heartbeat(held, message.heartbeat)  # arrived, linked or not
                 link = held.link
                 route = self._relay.route(
                     held,
@@ -1040,6 +1287,8 @@ class SessionForwarder:
         """End every held Session (UNAVAILABLE: its agent reconnects elsewhere) and the link."""
         for held in list(self._held):
             self._end(held, "this replica is stopping; reconnect")
+        if self._interregnum is not None:
+            await self._interregnum.close()
         if self._reattacher is not None:
             self._reattacher.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):

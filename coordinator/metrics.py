@@ -56,7 +56,9 @@ Series:
   heartbeat's arrival from its agent to the leader's ack leaving for it),
   ``lazarus_forward_heartbeats_total{path}`` (leader: forwarded heartbeats
   stepped as liveness digests, ``path="digest"``, or behind an older message
-  of their Session through the Session servicer, ``path="message"``);
+  of their Session through the Session servicer, ``path="message"``),
+  ``lazarus_forward_interregnum_acks_total`` (follower: heartbeats acked by
+  rule (b), the leader's election key seen deleted);
 - the event archive (``coordinator.eventarchive``): ``lazarus_event_archive_backlog``
   (events waiting for Redis) and ``lazarus_event_archive_dropped_events``
   (never archived: the backlog overflowed during an outage).
@@ -247,6 +249,12 @@ class Metrics:
             ["path"],
             registry=r,
         )
+        self.interregnum_acks_total = Counter(
+            "lazarus_forward_interregnum_acks",
+            "Follower: heartbeats acked by rule (b) of docs/fan-in.md (the leader's election "
+            "key was seen deleted; no leader could ack them).",
+            registry=r,
+        )
         self.identity_conflicts = Counter(
             "lazarus_identity_conflicts",
             "Hellos refused: the node id is held by another live incarnation "
@@ -280,6 +288,10 @@ class Metrics:
     def forward_heartbeats(self, path: str, count: int) -> None:
         """The leader stepped ``count`` forwarded heartbeats by ``path`` (digest / message)."""
         self.forward_heartbeats_total.labels(path).inc(count)
+
+    def interregnum_acks(self, count: int) -> None:
+        """A follower acked ``count`` heartbeats by rule (b) (no leader could)."""
+        self.interregnum_acks_total.inc(count)
 
     def watch_archive(self, backlog: Callable[[], float], dropped: Callable[[], float]) -> None:
         """Read the event archive's backlog and dropped count at each scrape."""

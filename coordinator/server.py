@@ -35,7 +35,7 @@ from coordinator.documents import DocumentObserver, DocumentService, TeeObserver
 from coordinator.election import Election, KeepaliveThread
 from coordinator.etcd_store import EtcdStore, ReadCache, election_prefix
 from coordinator.eventarchive import EventArchive
-from coordinator.forwarding import SessionForwarder, add_replica_service
+from coordinator.forwarding import SessionForwarder, add_replica_service, interregnum_settings
 from coordinator.members import MemberRegistry
 from coordinator.metrics import Metrics
 from coordinator.recordarchive import RecordArchive
@@ -110,6 +110,10 @@ class ServerSettings:
             for probes that cannot speak TLS (Kubernetes' gRPC probe); "" = none.
         fan_in: as a follower, hold agents' Sessions and forward them to the
             leader (``coordinator.forwarding``) instead of answering NotLeader.
+        interregnum_acks: with ``fan_in``, ack held agents' heartbeats by rule
+            (b) of ``docs/fan-in.md`` once the leader's election key is seen
+            deleted (off: agents rely on the leader's acks alone and may
+            fence when a leader crash outlasts their fence bound).
 
     Raises:
         ValueError: only one of username / password, or of cert / key file, given.
@@ -146,6 +150,7 @@ class ServerSettings:
     reflection: bool = True
     health_listen: str = ""
     fan_in: bool = False
+    interregnum_acks: bool = True
 
     def __post_init__(self) -> None:
         if self.auth not in ("mtls", "none"):
@@ -267,6 +272,14 @@ class CoordinatorServer:
                 self.member_tls(),
                 forward_observer,
                 max_outbound=s.admission.max_outbound_messages,
+                interregnum=interregnum_settings(
+                    self.core_settings.heartbeat_interval_s,
+                    self.core_settings.fence_after_s,
+                    self.core_settings.dead_after_s,
+                    float(s.lease_ttl_s),
+                )
+                if s.interregnum_acks
+                else None,
             )
         sessions = add_agent_service(server, runtime, documents, self.forwarder)
         add_replica_service(server, runtime, sessions.Session, forward_observer)

@@ -146,6 +146,25 @@ class FanInSettings:
             1 - rho
         )
 
+    def covers(
+        self, heartbeat_interval_s: float, fence_after_s: float, dead_after_s: float
+    ) -> bool:
+        """Whether rule (b) may ack a node Welcomed with these timings (seconds).
+
+        ``interregnum_window_s`` assumes the node fences ``heartbeat_interval_s +
+        fence_after_s`` after an acked send at most and that a leader gives it
+        ``dead_after_s``: a Welcome announcing a longer fence bound or a shorter
+        dead bound (replicas configured differently) is outside the proof, and
+        such a node gets no (b) ack. Zero or negative values (not announced)
+        are not covered either.
+        """
+        if not (heartbeat_interval_s > 0 and fence_after_s > 0 and dead_after_s > 0):
+            return False
+        return (
+            heartbeat_interval_s + fence_after_s <= self.heartbeat_interval_s + self.fence_after_s
+            and dead_after_s >= self.dead_after_s
+        )
+
     @property
     def interregnum_window_s(self) -> float:
         """W: how long after the anchor (replica clock) a heartbeat may arrive to be acked by (b).
@@ -343,10 +362,16 @@ class FollowerCore:
 
     Args:
         settings: the fan-in timing.
+        forward: False when the shell carries heartbeats to the leader and the
+            leader's acks back on its own (``coordinator.forwarding`` relays
+            each Session verbatim, so every rule (a) ack is the leader's
+            own): the core then gives rule (b) only (election reads and
+            interregnum acks) and never emits ``ForwardBatch``.
     """
 
-    def __init__(self, settings: FanInSettings | None = None) -> None:
+    def __init__(self, settings: FanInSettings | None = None, *, forward: bool = True) -> None:
         self.settings = settings or FanInSettings()
+        self._forwarding = forward
         self._now_s = -math.inf
         self._sessions: dict[tuple[str, str], _Session] = {}
         self._batches: dict[int, list[tuple[tuple[str, str], int]]] = {}
@@ -435,6 +460,7 @@ class FollowerCore:
         sent_s = self._reads.pop(ev.read_id, None)
         if sent_s is None:
             return []
+        anchor_before = self._anchor_s
         term = ev.leader_term
         if ev.revision > self._newest_revision:
             self._newest_revision = ev.revision
@@ -450,6 +476,10 @@ class FollowerCore:
             self._cut = cut
             for gone in [t for t in self._present_s if t < cut]:
                 self._raise_anchor(self._present_s.pop(gone))
+        if self._anchor_s == anchor_before:
+            # The bound moves only with the anchor, and every pending entry was
+            # checked against the present bound when it was received.
+            return []
         return self._interregnum_acks(self._sorted_sessions())
 
     def _on_tick(self, ev: Tick) -> list[Command]:
@@ -463,7 +493,7 @@ class FollowerCore:
             for old in [r for r in self._reads if r <= read_id - _KEPT_READS]:
                 del self._reads[old]  # unanswered (etcd cut off): its answer would be ignored
             out.append(ReadElection(read_id))
-        if now >= self._next_batch_s:
+        if self._forwarding and now >= self._next_batch_s:
             self._next_batch_s = now + self.settings.batch_interval_s
             out += self._forward(now)
         # No (b) scan here: its bound moves only with the anchor (stepped in

@@ -329,6 +329,16 @@ def coordinator(
             "must run the same version; off by default while fan-in is being built.",
         ),
     ] = False,
+    interregnum_acks: Annotated[
+        bool,
+        typer.Option(
+            "--interregnum-acks/--no-interregnum-acks",
+            envvar="LAZARUS_INTERREGNUM_ACKS",
+            help="With --fan-in: once the leader's election key is seen deleted, a follower "
+            "acks its agents' heartbeats for a bounded window (rule (b) of docs/fan-in.md), "
+            "so a leader crash fences no agent. Off: only the leader's acks count.",
+        ),
+    ] = True,
     log_level: Annotated[
         str, typer.Option(envvar="LAZARUS_LOG_LEVEL", help="DEBUG, INFO, WARNING, ERROR.")
     ] = "INFO",
@@ -445,6 +455,7 @@ def coordinator(
             reflection=reflection,
             health_listen=health_listen,
             fan_in=fan_in,
+            interregnum_acks=interregnum_acks,
             loop_lag_resign_s=loop_lag_resign_s,
             admission=AdmissionSettings(
                 hello_rate_per_s=hello_rate_per_s,

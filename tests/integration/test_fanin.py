@@ -19,6 +19,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+import aetcd
 import pytest
 import test_identity
 from test_identity import (
@@ -29,7 +30,10 @@ from test_identity import (
     check_one_owner,
 )
 
-from lazarus.v1 import coordinator_pb2, coordinator_pb2_grpc, records_pb2
+from coordinator.core.fanin import FanInSettings
+from coordinator.etcd_store import election_prefix
+from lazarus.tls import IdentityKind
+from lazarus.v1 import agent_pb2, coordinator_pb2, coordinator_pb2_grpc, records_pb2
 from lazarus_dev.devcluster import LocalCluster
 
 pytestmark = pytest.mark.integration
@@ -266,3 +270,177 @@ async def test_a_follower_acks_nothing_the_leader_did_not_hear(
     assert last_step < stopped_at + 0.5 + 5.0 + 0.1 + 0.3, last_step - stopped_at
     for agent in cluster.agents:
         assert "self-fence" in agent.log_path.read_text(errors="replace"), agent.log_tail(20)
+
+
+class _ProbeAgent:
+    """A node agent reduced to its Session: Hello, a heartbeat every 0.5 s, what came back.
+
+    Everything is timed on this process's monotonic clock, which on one host is
+    the replicas' clock too.
+    """
+
+    def __init__(self, cluster: LocalCluster, address: str, node_id: str) -> None:
+        assert cluster.certs is not None
+        tls = cluster.certs.client_tls(IdentityKind.NODE, node_id)
+        self.node_id = node_id
+        self.channel = tls.aio_channel(address)
+        self.call: Any = self.channel.stream_stream(
+            "/lazarus.v1.AgentService/Session",
+            request_serializer=agent_pb2.AgentMessage.SerializeToString,
+            response_deserializer=agent_pb2.CoordinatorMessage.FromString,
+        )()
+        self.incarnation = uuid.uuid4().hex[:12]
+        self.open = False  # as the agent: heartbeats only on a Welcomed Session
+        self.sent: dict[int, float] = {}
+        self.received: list[tuple[float, str, Any]] = []  # (when, body, message)
+        self._seq = 0
+        self._tasks: list[asyncio.Task[None]] = []
+
+    async def start(self) -> None:
+        await self.hello()
+        self._tasks = [asyncio.create_task(self._read()), asyncio.create_task(self._beat())]
+
+    async def hello(self) -> None:
+        hello = agent_pb2.Hello(
+            node_id=self.node_id,
+            incarnation=self.incarnation,
+            capacity=records_pb2.NodeCapacity(slots=1),
+        )
+        await self.call.write(agent_pb2.AgentMessage(hello=hello))
+
+    async def _read(self) -> None:
+        async for reply in self.call:
+            body = reply.WhichOneof("body")
+            self.received.append((time.monotonic(), body, getattr(reply, body)))
+            if body == "welcome":
+                self.open = True
+            if body == "reattach":
+                self.open = False
+                await self.hello()  # as the agent does: a fresh Hello on the same stream
+
+    async def _beat(self) -> None:
+        while True:
+            if not self.open:
+                await asyncio.sleep(0.05)
+                continue
+            self._seq += 1
+            now = time.monotonic()
+            self.sent[self._seq] = now
+            beat = agent_pb2.Heartbeat(
+                seq=self._seq,
+                sent_at_unix_ms=int(time.time() * 1000),
+                sent_at_monotonic_ms=int(now * 1000),
+            )
+            await self.call.write(agent_pb2.AgentMessage(heartbeat=beat))
+            await asyncio.sleep(0.5)
+
+    def interregnum_acks(self) -> list[tuple[float, int]]:
+        """(when, seq) of the acks a follower gave by rule (b): no node state in them."""
+        return [
+            (when, message.seq)
+            for when, body, message in self.received
+            if body == "heartbeat_ack" and message.node_state == records_pb2.NODE_STATE_UNSPECIFIED
+        ]
+
+    def first(self, body: str, after: float = 0.0) -> float | None:
+        return next((t for t, b, _ in self.received if b == body and t > after), None)
+
+    async def close(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        self.call.cancel()
+        await self.channel.close()
+
+
+async def test_a_follower_acks_by_rule_b_while_no_leader_can_and_only_within_its_window(
+    make_cluster: MakeCluster,
+) -> None:
+    """Rule (b) of docs/fan-in.md, checked from the agent's side of its stream.
+
+    A probe agent holds its Session on a follower; the leader is SIGKILLed.
+    No leader can ack a heartbeat sent after that and before the probe's
+    Reattach (the next leader hears only the Hello that follows it), so every
+    ack of one is the follower's own (b) ack. The rule gives some (the probe's
+    fence does not have to bridge the whole election), and only for
+    heartbeats that arrived within W of the last moment the old leader's
+    election key existed; etcd is polled from here every 20 ms to time its
+    deletion from outside. With ``--no-interregnum-acks`` no such ack comes
+    (shown once when the test was written: the first assertion fails).
+    """
+    cluster, leader = await _replicas(make_cluster)
+    host, _, port = cluster.etcd_endpoints[0].rpartition(":")
+    etcd = aetcd.Client(host=host, port=int(port), timeout=2.0)
+    prefix = election_prefix(cluster.cluster).encode()
+    window_s = FanInSettings().interregnum_window_s  # the fan-in profile's W, 0.381 s
+    # The probe holds its Session on the replica with the newest election key:
+    # not the next leader (a replica that leads carries Sessions to itself).
+    keys: list[Any] = []
+    deadline = time.monotonic() + 20
+    while len(keys) < 3 and time.monotonic() < deadline:  # every replica campaigns
+        await asyncio.sleep(0.1)
+        keys = sorted(await etcd.get_prefix(prefix), key=lambda kv: int(kv.create_revision))
+    assert len(keys) == 3, keys
+    old_term = int(keys[0].create_revision)
+    follower = cluster.coordinator_addresses.index(bytes(keys[-1].value).decode())
+    assert follower != leader
+    probe = _ProbeAgent(cluster, cluster.coordinator_addresses[follower], "probe-1")
+    try:
+        await probe.start()
+        await _until(lambda: probe.first("welcome") is not None, 20, "the leader's Welcome")
+        await asyncio.sleep(3.0)  # a few heartbeats acked by the leader, through the follower
+        assert probe.first("heartbeat_ack") is not None
+        killed_at = time.monotonic()
+        cluster.coordinators[leader].kill()
+        gone_at = None
+        while gone_at is None and time.monotonic() < killed_at + 10:
+            terms = {int(kv.create_revision) for kv in await etcd.get_prefix(prefix)}
+            if old_term not in terms:
+                gone_at = time.monotonic()
+            await asyncio.sleep(0.02)
+        assert gone_at is not None, "the dead leader's key was never deleted"
+        await _until(lambda: probe.first("reattach", killed_at) is not None, 20, "a Reattach")
+        reattach_at = probe.first("reattach", killed_at)
+        assert reattach_at is not None
+        await _until(
+            lambda: probe.first("welcome", reattach_at) is not None,
+            20,
+            f"a new Welcome; read {[(round(t - killed_at, 2), b) for t, b, _ in probe.received]}",
+        )
+        await asyncio.sleep(1.5)
+    finally:
+        await probe.close()
+        await etcd.close()
+    # Acks of heartbeats sent after the kill and before the Reattach: no
+    # leader heard those, so each is the follower's own, and says so (no node
+    # state: a follower does not judge nodes), under the term of the Session
+    # it extends (the leader that Welcomed it). It may reach the probe after
+    # the Reattach when the next leader was quicker than the follower's read.
+    welcomed_term = next(m.term for _, body, m in probe.received if body == "welcome")
+    assert welcomed_term == old_term
+    own = [
+        message
+        for _, body, message in probe.received
+        if body == "heartbeat_ack" and killed_at < probe.sent[message.seq] < reattach_at
+    ]
+    assert own, (
+        f"no (b) ack: killed at 0, key gone at {gone_at - killed_at:.2f} s, "
+        f"Reattach at {reattach_at - killed_at:.2f} s"
+    )
+    for message in own:
+        assert message.node_state == records_pb2.NODE_STATE_UNSPECIFIED, message
+        assert message.term == welcomed_term, message
+    # Every (b) ack, whenever it came, is for a heartbeat sent (so arrived) no
+    # later than W after the key went: none on the next leader's Session.
+    given = probe.interregnum_acks()
+    assert len(given) >= len(own)
+    for _, seq in given:
+        sent = probe.sent[seq]
+        assert sent <= gone_at + window_s, (seq, sent - gone_at, window_s)
+    metrics = cluster.coordinator_metrics
+    assert _series(metrics[follower], "lazarus_forward_interregnum_acks_total") == len(given)
+    # The new leader's acks resumed after its Welcome; the node was never judged.
+    welcome_at = probe.first("welcome", reattach_at)
+    assert welcome_at is not None
+    assert probe.first("heartbeat_ack", welcome_at) is not None
+    nodes = {n.node_id: n for n in await cluster.list_nodes()}
+    assert nodes["probe-1"].state == records_pb2.NODE_STATE_ALIVE

@@ -285,6 +285,55 @@ def test_the_pending_queue_is_bounded() -> None:
     assert [e.seq for e in batch.entries] == [7, 8, 9]
 
 
+def test_without_forwarding_the_core_only_reads_and_acks_by_rule_b() -> None:
+    # coordinator.forwarding relays heartbeats and the leader's acks itself.
+    core = FollowerCore(FanInSettings(), forward=False)
+    read = _read(core, 0.0)
+    _observe(core, read, 10, 5, 0.01)
+    core.step(HeartbeatReceived("n1", "s1", 1, 0.05))
+    commands = core.tick(0.3)
+    assert [type(c) for c in commands] == [ReadElection]  # no ForwardBatch, ever
+    (read,) = [c.read_id for c in commands]
+    acks = _acks(_observe(core, read, 11, 7, 0.31))  # term 5 gone: rule (b)
+    assert acks == [Ack("n1", "s1", 1, EntryKind.HEARTBEAT, AckBasis.INTERREGNUM)]
+
+
+def test_a_read_that_does_not_move_the_anchor_acks_nothing_new() -> None:
+    # Each arrival is checked when received; a scan happens only when the
+    # anchor (so the bound) moves. Same acks as scanning on every read.
+    core = _with_leader(term=5, at=0.0)
+    read = _read(core, 0.2)
+    assert _acks(_observe(core, read, 11, 7, 0.21)) == []  # anchor 0.0, nobody to ack
+    core.step(HeartbeatReceived("n1", "s1", 1, W + 0.5))  # past the window: pending
+    for i in range(1, 6):  # term 7 stays: the anchor stays, nothing is acked
+        read = _read(core, W + 0.5 + 0.15 * i)
+        assert _acks(_observe(core, read, 11 + i, 7, W + 0.5 + 0.15 * i + 0.01)) == []
+    # Term 7 goes: the anchor is the newest read that showed it (W + 1.25), so
+    # the pending heartbeat is now within the window and acked.
+    read = _read(core, W + 1.4)
+    acks = _acks(_observe(core, read, 30, None, W + 1.41))
+    assert acks == [Ack("n1", "s1", 1, EntryKind.HEARTBEAT, AckBasis.INTERREGNUM)]
+
+
+@pytest.mark.parametrize(
+    ("welcome", "covered"),
+    [
+        ((0.5, 5.0, 6.0), True),  # the same timings
+        ((0.25, 5.0, 6.0), True),  # a shorter fence bound is within the window
+        ((0.5, 5.0, 7.0), True),  # a leader that waits longer
+        ((0.5, 5.5, 6.0), False),  # the agent fences later than W assumes
+        ((1.0, 5.0, 6.0), False),
+        ((0.5, 5.0, 5.5), False),  # a leader that may judge sooner
+        ((0.0, 0.0, 0.0), False),  # not announced
+    ],
+)
+def test_rule_b_covers_only_sessions_welcomed_within_its_timings(
+    welcome: tuple[float, float, float], covered: bool
+) -> None:
+    settings = FanInSettings(heartbeat_interval_s=0.5, fence_after_s=5.0, dead_after_s=6.0)
+    assert settings.covers(*welcome) is covered
+
+
 # ---------------------------------------------------------------- simulator
 
 

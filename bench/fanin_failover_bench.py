@@ -104,6 +104,7 @@ class FanNode:
         self.dialled = ""
         self.hello_sent_s = 0.0
         self.stats_welcomed = False
+        self.writing = asyncio.Lock()  # one write at a time on a call (grpc.aio's rule)
 
     async def _dial(self) -> None:
         if self.channel is not None:
@@ -121,15 +122,16 @@ class FanNode:
 
     async def _hello(self) -> None:
         self.hello_sent_s = time.monotonic()
-        await self.call.write(
-            agent_pb2.AgentMessage(
-                hello=agent_pb2.Hello(
-                    node_id=self.node_id,
-                    incarnation=self.incarnation,
-                    capacity=records_pb2.NodeCapacity(slots=1),
+        async with self.writing:
+            await self.call.write(
+                agent_pb2.AgentMessage(
+                    hello=agent_pb2.Hello(
+                        node_id=self.node_id,
+                        incarnation=self.incarnation,
+                        capacity=records_pb2.NodeCapacity(slots=1),
+                    )
                 )
             )
-        )
 
     async def connect(self, gate: asyncio.Semaphore | None = None) -> None:
         """Dial until a Welcome: the next replica after a failure, NotLeader's delay honoured."""
@@ -219,9 +221,10 @@ class FanNode:
                 self.seq += 1
                 self.sent[self.seq] = time.monotonic()
                 with contextlib.suppress(grpc.aio.AioRpcError, asyncio.InvalidStateError):
-                    await self.call.write(
-                        agent_pb2.AgentMessage(heartbeat=agent_pb2.Heartbeat(seq=self.seq))
-                    )
+                    async with self.writing:
+                        await self.call.write(
+                            agent_pb2.AgentMessage(heartbeat=agent_pb2.Heartbeat(seq=self.seq))
+                        )
                 while len(self.sent) > 64:
                     self.sent.pop(next(iter(self.sent)))
             await asyncio.sleep(self.interval_s + random.uniform(0.0, 0.02))

@@ -295,6 +295,7 @@ class _ProbeAgent:
         self.received: list[tuple[float, str, Any]] = []  # (when, body, message)
         self._seq = 0
         self._tasks: list[asyncio.Task[None]] = []
+        self._writing = asyncio.Lock()  # grpc.aio: one write at a time on a call
 
     async def start(self) -> None:
         await self.hello()
@@ -306,7 +307,8 @@ class _ProbeAgent:
             incarnation=self.incarnation,
             capacity=records_pb2.NodeCapacity(slots=1),
         )
-        await self.call.write(agent_pb2.AgentMessage(hello=hello))
+        async with self._writing:
+            await self.call.write(agent_pb2.AgentMessage(hello=hello))
 
     async def _read(self) -> None:
         async for reply in self.call:
@@ -331,7 +333,8 @@ class _ProbeAgent:
                 sent_at_unix_ms=int(time.time() * 1000),
                 sent_at_monotonic_ms=int(now * 1000),
             )
-            await self.call.write(agent_pb2.AgentMessage(heartbeat=beat))
+            async with self._writing:
+                await self.call.write(agent_pb2.AgentMessage(heartbeat=beat))
             await asyncio.sleep(0.5)
 
     def interregnum_acks(self) -> list[tuple[float, int]]:

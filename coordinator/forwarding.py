@@ -67,8 +67,10 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import dataclasses
 import itertools
 import logging
+import math
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass
@@ -93,6 +95,7 @@ from coordinator.core.fanin import (
 from coordinator.core.fanin import Command as FanInCommand
 from coordinator.core.fanin import HeartbeatReceived as ArrivedAtReplica
 from coordinator.core.relay import (
+    Carry,
     LinkChoice,
     LinkPolicy,
     RelaySettings,
@@ -630,15 +633,17 @@ class _Held:
         self.acked_at: float | None = None
         """When a heartbeat ack was last relayed to the agent (monotonic; None: never):
         the Reattach order after a leader change (``SessionRelay.detach``)."""
+        self.extended = False
+        """Its newest ack was this replica's own (rule (b)): its Reattach may wait."""
         self.ident = f"h{next(_HELD_IDS)}"
         self.interregnum_key: tuple[str, str] | None = None
         """Its key in ``_Interregnum``'s core while rule (b) may ack it (its
         Welcome's timings are covered), else None."""
         self.term = 0
         """The term of the leader that Welcomed the agent's present Session."""
-        self.sent_at: dict[int, tuple[int, int]] = {}
-        """Recent heartbeats' send times (Unix ms, agent-monotonic ms) by seq,
-        echoed in a (b) ack."""
+        self.sent_at: dict[int, tuple[int, int, float]] = {}
+        """Recent heartbeats by seq: send times (Unix ms, agent-monotonic ms),
+        echoed in a (b) ack, and arrival here (monotonic s)."""
 
 
 class _Link:
@@ -760,6 +765,7 @@ class _Link:
     def _acked(self, held: _Held, seq: int) -> None:
         now = time.monotonic()
         held.acked_at = now
+        held.extended = False
         arrived = held.heard.pop(seq, None)
         if arrived is not None:
             self._observer.forward_ack(now - arrived)
@@ -840,6 +846,10 @@ Hello 5 s after its Reattach has its stream ended (UNAVAILABLE); a leader whose
 link just broke is not redialled for 1 s while the election still names it, one
 that never accepted a link (not leading yet, or not answering in time) for 0.2 s."""
 
+AGENT_FENCE_LEAD_S = 0.5
+"""How long before its fence deadline an agent starts pausing (``node_agent``'s
+default ``fence_lead_s``): the Reattach schedule plans with it."""
+
 RELINK_INTERVAL_S = 0.1
 """How often a follower with detached Sessions looks for a leader to carry them to."""
 
@@ -892,6 +902,8 @@ class _Interregnum:
         observer: metrics (``interregnum_acks``).
         needed: whether reads are worth running now (a leader whose Sessions
             are all carried to itself acks them itself).
+        extended: told of each (b) ack: the held Session and its heartbeat's
+            arrival (monotonic s), from which its agent's fence now runs.
     """
 
     def __init__(
@@ -900,10 +912,12 @@ class _Interregnum:
         runtime: CoordinatorRuntime,
         observer: ForwardObserver,
         needed: Callable[[], bool],
+        extended: Callable[[_Held, float], None],
     ) -> None:
         self.core = FollowerCore(settings, forward=False)
         self._runtime = runtime
         self._needed = needed
+        self._extended = extended
         self._observer = observer
         self._held: dict[tuple[str, str], _Held] = {}
         self._reader: asyncio.Task[None] | None = None
@@ -940,10 +954,15 @@ class _Interregnum:
         key = held.interregnum_key
         if key is None:
             return
-        held.sent_at[heartbeat.seq] = (heartbeat.sent_at_unix_ms, heartbeat.sent_at_monotonic_ms)
+        now = time.monotonic()
+        held.sent_at[heartbeat.seq] = (
+            heartbeat.sent_at_unix_ms,
+            heartbeat.sent_at_monotonic_ms,
+            now,
+        )
         while len(held.sent_at) > self.core.settings.max_pending_per_session:
             held.sent_at.pop(next(iter(held.sent_at)))
-        self._run(self.core.step(ArrivedAtReplica(key[0], key[1], heartbeat.seq, time.monotonic())))
+        self._run(self.core.step(ArrivedAtReplica(key[0], key[1], heartbeat.seq, now)))
 
     def ended(self, held: _Held) -> None:
         """``held``'s Session is over (its stream ended, or a new Welcome replaces it)."""
@@ -959,7 +978,7 @@ class _Interregnum:
             held = self._held.get((command.node_id, command.session_id))
             if held is None:
                 continue
-            unix_ms, mono_ms = held.sent_at.get(command.seq, (0, 0))
+            unix_ms, mono_ms, arrived_s = held.sent_at.get(command.seq, (0, 0, -math.inf))
             ack = agent_pb2.HeartbeatAck(
                 seq=command.seq,
                 sent_at_unix_ms=unix_ms,
@@ -971,6 +990,8 @@ class _Interregnum:
                 agent_pb2.CoordinatorMessage(heartbeat_ack=ack).SerializeToString()
             )
             acks += 1
+            if arrived_s > -math.inf:
+                self._extended(held, arrived_s)
         if acks:
             self._observer.interregnum_acks(acks)
 
@@ -1055,15 +1076,24 @@ class SessionForwarder:
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._connecting = asyncio.Lock()
         self._held: set[_Held] = set()
-        self._relay: SessionRelay[_Held] = SessionRelay(RELAY_SETTINGS)
+        relay_settings = RELAY_SETTINGS
+        if interregnum is not None:  # (b) acks move fences: those Reattaches may wait
+            relay_settings = dataclasses.replace(
+                RELAY_SETTINGS,
+                fence_after_ack_s=interregnum.heartbeat_interval_s
+                + interregnum.fence_after_s
+                - AGENT_FENCE_LEAD_S,
+            )
+        self._relay: SessionRelay[_Held] = SessionRelay(relay_settings)
         self._reattacher: asyncio.Task[None] | None = None
-        self._policy = LinkPolicy(RELAY_SETTINGS)
+        self._policy = LinkPolicy(relay_settings)
         self._interregnum = (
             _Interregnum(
                 interregnum,
                 runtime,
                 self._observer,
                 lambda: not runtime.leading or self._relay.pending,
+                self._extended,
             )
             if interregnum is not None
             else None
@@ -1084,8 +1114,15 @@ class SessionForwarder:
 
     def _detach(self, held: _Held) -> None:
         if held in self._held:
-            self._relay.detach(held, held.acked_at)
+            self._relay.detach(held, held.acked_at, deferrable=held.extended)
             self._wake_reattacher()
+
+    def _extended(self, held: _Held, arrived_s: float) -> None:
+        """A (b) ack moved ``held``'s agent's fence: a detached one's Reattach may wait."""
+        held.acked_at = max(held.acked_at if held.acked_at is not None else -math.inf, arrived_s)
+        held.extended = True
+        if held in self._held and self._relay.state(held) is Carry.DETACHED:
+            self._relay.detach(held, held.acked_at, deferrable=True)
 
     def _wake_reattacher(self) -> None:
         if self._reattacher is None or self._reattacher.done():

@@ -23,6 +23,7 @@ here reads a clock, a socket or a random source.
 
 from __future__ import annotations
 
+import collections
 import enum
 import heapq
 import itertools
@@ -86,12 +87,24 @@ class RelaySettings:
             accepted the link (named by the election, still taking over:
             its runtime refuses Forward until it leads, and may be slow to
             answer at all): ask again soon rather than lose a second.
+        fence_after_ack_s: how long an agent runs at least after the arrival
+            of the heartbeat this replica last acked for it (its heartbeat
+            interval + fence_after - the agent's fence lead); None: unknown,
+            every detached Session is reattached as soon as the rate allows.
+        reattach_lead_s: with ``fence_after_ack_s``, a detached Session is
+            reattached no later than this long, plus the time the Sessions
+            queued with it take at the rate, before its agent would fence;
+            one whose fence is further away (an interregnum ack moved it)
+            waits, so the next leader's first seconds go to the agents
+            closest to fencing (the crashed leader's own, which redial).
     """
 
     reattach_rate_per_s: float = 500.0
     reattach_hello_timeout_s: float = 5.0
     failed_leader_hold_off_s: float = 1.0
     refused_retry_s: float = 0.2
+    fence_after_ack_s: float | None = None
+    reattach_lead_s: float = 2.0
 
     def __post_init__(self) -> None:
         for name in (
@@ -103,6 +116,12 @@ class RelaySettings:
             value = getattr(self, name)
             if not (math.isfinite(value) and value > 0):
                 raise UsageError(f"{name}: must be finite and > 0, got {value!r}")
+        if self.fence_after_ack_s is not None and not (
+            math.isfinite(self.fence_after_ack_s) and self.fence_after_ack_s > 0
+        ):
+            raise UsageError("fence_after_ack_s: must be None or finite and > 0")
+        if not (math.isfinite(self.reattach_lead_s) and self.reattach_lead_s >= 0):
+            raise UsageError("reattach_lead_s: must be finite and >= 0")
 
 
 class LinkChoice(enum.Enum):
@@ -226,11 +245,14 @@ class SessionRelay(Generic[K]):
         self._settings = settings if settings is not None else RelaySettings()
         self._state: dict[K, Carry] = {}
         self._since: dict[K, float] = {}  # AWAITING_HELLO: when the Reattach went
-        # DETACHED: key -> its token in the queue; the queue orders them by
-        # urgency (earliest acked first, never-acked last), then detach order.
-        # Entries whose token no longer matches are stale (released, re-queued).
+        # DETACHED: key -> its token in a queue; the queue orders the acked by
+        # urgency (earliest acked first), then detach order; the never-acked
+        # wait in detach order. Entries whose token no longer matches are
+        # stale (released, re-queued).
         self._detached: dict[K, int] = {}
         self._queue: list[tuple[float, int, K]] = []
+        self._deferred: list[tuple[float, int, K]] = []
+        self._never_acked: collections.deque[tuple[int, K]] = collections.deque()
         self._tokens = itertools.count()
         self._next_reattach_s = -math.inf
 
@@ -264,8 +286,10 @@ class SessionRelay(Generic[K]):
         self._detached.pop(key, None)
         if not self._detached:
             self._queue.clear()  # only stale entries are left
+            self._deferred.clear()
+            self._never_acked.clear()
 
-    def detach(self, key: K, acked_s: float | None = None) -> None:
+    def detach(self, key: K, acked_s: float | None = None, *, deferrable: bool = False) -> None:
         """Its link went (the leader crashed, resigned, another leads): wait for the next leader.
 
         Args:
@@ -278,6 +302,11 @@ class SessionRelay(Generic[K]):
                 first (Jackson's rule: earliest due date first minimises the
                 largest lateness on one server, here the paced Reattaches),
                 never-acked last, each group in detach order.
+            deferrable: an interregnum ack (rule (b)) moved the agent's fence
+                to ``acked_s + fence_after_ack_s``: with ``fence_after_ack_s``
+                set, its Reattach waits until ``reattach_lead_s`` (plus the
+                queue at the rate) before that fence. Call ``detach`` again
+                for a detached Session acked meanwhile: it is queued anew.
         """
         if key not in self._state:
             return
@@ -285,7 +314,12 @@ class SessionRelay(Generic[K]):
         self._since.pop(key, None)
         token = next(self._tokens)
         self._detached[key] = token
-        heapq.heappush(self._queue, (math.inf if acked_s is None else acked_s, token, key))
+        if acked_s is None:
+            self._never_acked.append((token, key))
+        elif deferrable and self._settings.fence_after_ack_s is not None:
+            heapq.heappush(self._deferred, (acked_s, token, key))
+        else:
+            heapq.heappush(self._queue, (acked_s, token, key))
 
     def route(self, key: K, *, hello: bool, link_open: bool, attached: bool) -> Route:
         """What to do with a message from the agent of Session ``key``.
@@ -315,16 +349,18 @@ class SessionRelay(Generic[K]):
 
     def reattach(self, now_s: float) -> list[K]:
         """Detached Sessions due a Reattach now that a leader answers, at most the rate,
-        most urgent first (see :meth:`detach`).
+        most urgent first (see :meth:`detach`); a deferrable one waits while
+        its agent's fence is further away than ``reattach_lead_s`` plus the
+        queue's length at the rate.
 
         Each returned Session awaits its agent's Hello from ``now_s``.
         """
         due: list[K] = []
         interval = 1.0 / self._settings.reattach_rate_per_s
         while self._detached and self._next_reattach_s <= now_s:
-            _, token, key = heapq.heappop(self._queue)
-            if self._detached.get(key) != token:
-                continue  # released, or detached again since: a stale entry
+            key = self._next_due(now_s)
+            if key is None:
+                break  # every one left waits for its fence to come closer
             del self._detached[key]
             self._state[key] = Carry.AWAITING_HELLO
             self._since[key] = now_s
@@ -332,8 +368,48 @@ class SessionRelay(Generic[K]):
             due.append(key)
         return due
 
+    def _drop_stale(self) -> None:
+        """Pop entries released or detached again since from the fronts of the queues."""
+        for heap in (self._queue, self._deferred):
+            while heap and self._detached.get(heap[0][2]) != heap[0][1]:
+                heapq.heappop(heap)
+        while self._never_acked:
+            token, key = self._never_acked[0]
+            if self._detached.get(key) == token:
+                break
+            self._never_acked.popleft()
+
+    def _start_by(self, acked_s: float) -> float:
+        """When a deferrable Session must be reattached at the latest (its agent's fence
+        less ``reattach_lead_s`` less the queue's length at the rate)."""
+        settings = self._settings
+        if settings.fence_after_ack_s is None:
+            return -math.inf
+        queued_s = len(self._detached) / settings.reattach_rate_per_s
+        return acked_s + settings.fence_after_ack_s - settings.reattach_lead_s - queued_s
+
+    def _next_due(self, now_s: float) -> K | None:
+        """Pop the most urgent detached Session that may go now, or None.
+
+        The acked first (earliest acked first); a deferred one (its fence
+        moved by an interregnum ack) once its start time has come; then the
+        never-acked. The deferred were acked later than anything still in
+        the first queue, so their wait delays nobody closer to fencing.
+        """
+        self._drop_stale()
+        if self._queue:
+            return heapq.heappop(self._queue)[2]
+        if self._deferred and self._start_by(self._deferred[0][0]) <= now_s:
+            return heapq.heappop(self._deferred)[2]
+        if self._never_acked:
+            return self._never_acked.popleft()[1]
+        return None
+
     def next_reattach_s(self) -> float:
         """When :meth:`reattach` may next return a Session (-inf: now)."""
+        self._drop_stale()
+        if self._deferred and not self._queue and not self._never_acked:
+            return max(self._next_reattach_s, self._start_by(self._deferred[0][0]))
         return self._next_reattach_s
 
     def expired(self, now_s: float) -> list[K]:

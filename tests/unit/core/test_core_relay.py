@@ -97,6 +97,61 @@ def test_the_agent_acked_longest_ago_is_reattached_first() -> None:
     assert order == ["b", "e", "d", "a", "c", "f"]
 
 
+def _deferring(rate: float = 10.0) -> SessionRelay[str]:
+    # An agent runs 5 s after its acked heartbeat arrived; Reattach 2 s before.
+    return SessionRelay(
+        RelaySettings(reattach_rate_per_s=rate, fence_after_ack_s=5.0, reattach_lead_s=2.0)
+    )
+
+
+def test_a_session_whose_fence_an_interregnum_ack_moved_waits_behind_the_others() -> None:
+    relay = _deferring(rate=10.0)  # one per 0.1 s
+    for key, at, deferrable in [("x", 10.0, True), ("y", 10.0, True), ("a", 7.0, False)]:
+        relay.held(key)
+        relay.detach(key, at, deferrable=deferrable)
+    relay.held("n")
+    relay.detach("n")  # never acked
+    sent: dict[str, float] = {}
+    now = 8.0
+    while relay.detached:
+        for key in relay.reattach(now):
+            sent[key] = now
+        now = round(now + 0.01, 6)
+    # The urgent and the never-acked at once (paced); the deferred by their
+    # fence (15.0) less the lead (2 s) less the queue at the rate (2 x 0.1 s).
+    assert sent["a"] == 8.0
+    assert sent["n"] == pytest.approx(8.1)
+    assert 12.8 - 1e-9 <= sent["x"] <= 12.81
+    assert sent["y"] >= sent["x"] + 0.1 - 1e-9
+    assert sent["y"] <= 15.0 - 2.0  # each still starts its lead before its fence
+
+
+def test_the_reattach_loop_is_told_when_a_deferred_session_is_due() -> None:
+    relay = _deferring(rate=10.0)
+    relay.held("x")
+    relay.detach("x", 10.0, deferrable=True)
+    assert relay.reattach(11.0) == []
+    assert relay.next_reattach_s() == pytest.approx(15.0 - 2.0 - 0.1)
+    assert relay.reattach(12.89) == []
+    assert relay.reattach(12.9) == ["x"]
+
+
+def test_an_ack_from_the_leader_makes_a_session_urgent_again() -> None:
+    relay = _deferring()
+    relay.held("x")
+    relay.detach("x", 10.0, deferrable=True)
+    assert relay.reattach(11.0) == []
+    relay.detach("x", 10.5)  # detached again, by a leader's ack time: not deferrable
+    assert relay.reattach(11.0) == ["x"]
+
+
+def test_without_a_known_fence_nothing_is_deferred() -> None:
+    relay = _relay(rate=10.0)
+    relay.held("x")
+    relay.detach("x", 10.0, deferrable=True)
+    assert relay.reattach(10.0) == ["x"]
+
+
 @pytest.mark.parametrize("seed", range(20))
 def test_reattach_order_meets_every_fence_that_any_order_meets(seed: int) -> None:
     """Jackson's rule: if some order of the paced Reattaches reaches every agent

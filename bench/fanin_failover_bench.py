@@ -35,6 +35,7 @@ import asyncio
 import contextlib
 import itertools
 import json
+import math
 import random
 import signal
 import sys
@@ -165,6 +166,7 @@ class FanNode:
         self.fence_s = welcome.fence_after_ms / 1000.0 or self.fence_s
         self.acked_send_s = self.hello_sent_s
         self.stats.welcomes += 1
+        self.stats.welcomed.append((time.time(), self.node_id))
 
     def check_fence(self, now: float) -> None:
         """The agent's rule: pause at the newest acked send + h + f - lead."""
@@ -246,9 +248,11 @@ class Stats:
         self.fenced: set[str] = set()
         self.reattaches = 0
         self.welcomes = 0
+        self.welcomed: list[tuple[float, str]] = []  # (wall time, node) of each Welcome
 
     def take(self) -> dict[str, Any]:
         out = {
+            "welcomed": self.welcomed,
             "latencies": self.latencies,
             "ends": self.ends,
             "fenced": sorted(self.fenced),
@@ -391,10 +395,23 @@ async def one_run(args: argparse.Namespace, fan_in: bool, nodes: int, fault: str
     acked_times = sorted(t for a in after for t, _ in a["latencies"])
     for a, b in itertools.pairwise(acked_times):
         last_gap = max(last_gap, b - a)
+    # When each of the victim's nodes had its next Welcome, seconds after the signal.
+    first_welcome: dict[str, float] = {}
+    for t, node in after[victim_index]["welcomed"]:
+        if t >= killed_at:
+            first_welcome[node] = min(first_welcome.get(node, math.inf), t - killed_at)
+    rewelcomed = sorted(first_welcome.values())
     return {
         "fan_in": fan_in,
         "nodes": nodes,
         "fault": fault,
+        # The victim's nodes (worker k's began on replica k): their next Welcome
+        # after the signal, seconds (p50, p90, max; fence at about 4.5-5 s).
+        "victims_welcome_s": [
+            _percentile(rewelcomed, 0.5),
+            _percentile(rewelcomed, 0.9),
+            rewelcomed[-1] if rewelcomed else float("nan"),
+        ],
         "attach_s": attach_s,
         "ack_p99_before_ms": _percentile([ms for b in before for _, ms in b["latencies"]], 0.99),
         "nodes_fenced": len({n for a in after for n in a["fenced"]}),

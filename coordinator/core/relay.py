@@ -5,7 +5,9 @@ follower holds agents' Session streams and carries each over its Forward
 stream to the leader (``coordinator.forwarding``, the shell). When the leader
 goes, the Sessions are *detached*, not ended; once a leader answers, each gets
 a ``Reattach`` (at most ``reattach_rate_per_s``, the agent closest to its
-fence first), after which the agent's next
+fence first; one whose fence an interregnum ack moved waits until
+``reattach_lead_s`` before it, so the next leader first serves the agents
+that need its Welcome sooner), after which the agent's next
 Hello opens a Session at the new leader on the same stream; an agent that
 sends no Hello within ``reattach_hello_timeout_s`` is ended. The leader, for
 its part, steps a forwarded heartbeat in the batch's liveness digest only

@@ -103,6 +103,7 @@ from coordinator.core.relay import (
     SessionRelay,
     digest_eligible,
     leader_end_detaches,
+    link_accepted,
     link_outdated,
 )
 from coordinator.runtime import Channel, CoordinatorRuntime
@@ -698,24 +699,26 @@ class _Link:
         """
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
-        # Shielded: waiting on the call's own futures must not cancel them.
+        # Shielded: waiting on the call's own futures must not cancel them (the
+        # shielded waits stay pending until the call ends; nothing awaits them).
         metadata = asyncio.shield(self._call.initial_metadata())
         done, _ = await asyncio.wait({metadata}, timeout=timeout_s)
-        if (
-            done
-            and metadata.exception() is None
-            and any(key == ACCEPTED_METADATA for key, _ in metadata.result())
-        ):
-            self.accepted = True
-            return True
+        said: bool | None = None
         if done:
+            said = metadata.exception() is None and any(
+                key == ACCEPTED_METADATA for key, _ in metadata.result()
+            )
+        if said:
+            ended = False
+        elif done:
             # Initial metadata without the word: a refusal (the status follows
             # at once) or an earlier release's leader writing a reply.
             code = asyncio.shield(self._call.code())
-            ended, _ = await asyncio.wait({code}, timeout=max(0.0, deadline - loop.time()))
-            self.accepted = not ended
+            finished, _ = await asyncio.wait({code}, timeout=max(0.0, deadline - loop.time()))
+            ended = bool(finished)
         else:
-            self.accepted = not self._call.done()
+            ended = self._call.done()
+        self.accepted = link_accepted(said, ended)
         return self.accepted
 
     async def _requests(self) -> AsyncIterator[replica_pb2.ForwardBatch]:

@@ -46,6 +46,7 @@ __all__ = [
     "SessionRelay",
     "digest_eligible",
     "leader_end_detaches",
+    "link_accepted",
     "link_outdated",
 ]
 
@@ -213,6 +214,25 @@ def link_outdated(link_address: str, link_term: int, leader_address: str, term: 
     leader's (address, term) in the election ends the link at once.
     """
     return link_term != term or link_address != leader_address
+
+
+def link_accepted(said_accepted: bool | None, ended: bool) -> bool:
+    """Whether a Forward stream the leader answered (or not) within the wait counts as accepted.
+
+    Args:
+        said_accepted: the leader's initial metadata arrived in time and
+            carried ``lazarus-forward-accepted`` (True), arrived without it
+            (False), or did not arrive in time (None).
+        ended: the stream had ended by the end of the wait.
+
+    A leader says so when it leads; one that does not lead refuses at once
+    (the stream ends). A leader of an earlier release says nothing and keeps
+    the stream open when it leads, so an open stream counts as accepted at
+    the end of the wait (a rolling upgrade keeps forwarding).
+    """
+    if said_accepted:
+        return True
+    return not ended
 
 
 def leader_end_detaches(code: int) -> bool:

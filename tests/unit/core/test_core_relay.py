@@ -22,6 +22,7 @@ from coordinator.core.relay import (
     SessionRelay,
     digest_eligible,
     leader_end_detaches,
+    link_accepted,
     link_outdated,
 )
 
@@ -303,3 +304,12 @@ def test_an_open_link_is_outdated_by_any_change_of_leader_address_or_term() -> N
 def test_settings_refuse_non_positive_values(field: str) -> None:
     with pytest.raises(UsageError, match=field):
         RelaySettings(**{field: 0.0})
+
+
+def test_a_link_counts_as_accepted_on_the_leaders_word_or_when_it_stays_open() -> None:
+    assert link_accepted(True, ended=False)
+    assert not link_accepted(False, ended=True)  # metadata, then the refusal
+    assert not link_accepted(None, ended=True)  # ended before any answer
+    # An earlier release's leader: no word, the stream still open at the deadline.
+    assert link_accepted(False, ended=False)
+    assert link_accepted(None, ended=False)

@@ -91,6 +91,7 @@ from coordinator.core.fanin import (
     FollowerCore,
     ReadElection,
     SessionEnded,
+    Tick,
 )
 from coordinator.core.fanin import Command as FanInCommand
 from coordinator.core.fanin import HeartbeatReceived as ArrivedAtReplica
@@ -674,6 +675,8 @@ class _Link:
         self.closed = False
         self.accepted = False
         """The leader accepted the stream (``ACCEPTED_METADATA``): it leads."""
+        self.last_ack_s: float | None = None
+        """When a heartbeat ack of the leader's last came through (monotonic)."""
         self._observer = observer
         self._max_outbound = max_outbound
         self._detached = detached
@@ -767,6 +770,7 @@ class _Link:
 
     def _acked(self, held: _Held, seq: int) -> None:
         now = time.monotonic()
+        self.last_ack_s = now
         held.acked_at = now
         held.extended = False
         arrived = held.heard.pop(seq, None)
@@ -907,6 +911,9 @@ class _Interregnum:
             are all carried to itself acks them itself).
         extended: told of each (b) ack: the held Session and its heartbeat's
             arrival (monotonic s), from which its agent's fence now runs.
+        leader_acked: when a leader's ack last came through the open link
+            (monotonic s; None: no link, or none yet): the core reads the
+            election slowly while the leader answers.
     """
 
     def __init__(
@@ -916,8 +923,10 @@ class _Interregnum:
         observer: ForwardObserver,
         needed: Callable[[], bool],
         extended: Callable[[_Held, float], None],
+        leader_acked: Callable[[], float | None],
     ) -> None:
         self.core = FollowerCore(settings, forward=False)
+        self._leader_acked = leader_acked
         self._runtime = runtime
         self._needed = needed
         self._extended = extended
@@ -1003,7 +1012,8 @@ class _Interregnum:
         interval_s = self.core.settings.election_read_interval_s
         while self._held:
             if self._needed():
-                for command in self.core.tick(time.monotonic()):
+                tick = Tick(time.monotonic(), self._leader_acked())
+                for command in self.core.step(tick):
                     if isinstance(command, ReadElection):
                         await self._read(command.read_id)
             await asyncio.sleep(interval_s)
@@ -1097,6 +1107,7 @@ class SessionForwarder:
                 self._observer,
                 lambda: not runtime.leading or self._relay.pending,
                 self._extended,
+                self._leader_acked_s,
             )
             if interregnum is not None
             else None
@@ -1119,6 +1130,10 @@ class SessionForwarder:
         if held in self._held:
             self._relay.detach(held, held.acked_at, deferrable=held.extended)
             self._wake_reattacher()
+
+    def _leader_acked_s(self) -> float | None:
+        link = self._link
+        return link.last_ack_s if link is not None and not link.closed else None
 
     def _extended(self, held: _Held, arrived_s: float) -> None:
         """A (b) ack moved ``held``'s agent's fence: a detached one's Reattach may wait."""

@@ -35,6 +35,7 @@ from coordinator.core.fanin import (
     HeartbeatReceived,
     ReadElection,
     SessionEnded,
+    Tick,
     safe_lease_deadline,
 )
 from lazarus_dev import fanin_sim
@@ -313,6 +314,23 @@ def test_a_read_that_does_not_move_the_anchor_acks_nothing_new() -> None:
     read = _read(core, W + 1.4)
     acks = _acks(_observe(core, read, 30, None, W + 1.41))
     assert acks == [Ack("n1", "s1", 1, EntryKind.HEARTBEAT, AckBasis.INTERREGNUM)]
+
+
+def test_reads_slow_down_while_the_leader_answers_and_speed_up_when_it_goes_quiet() -> None:
+    core = FollowerCore(FanInSettings(), forward=False)
+
+    def reads(now: float, acked: float | None) -> int:
+        return len([c for c in core.step(Tick(now, acked)) if isinstance(c, ReadElection)])
+
+    assert reads(0.0, 0.0) == 1
+    # The leader acked 0.5 s ago: a read a second (idle_read_interval_s).
+    assert sum(reads(0.05 * i, 0.05 * i - 0.5) for i in range(1, 20)) == 0
+    assert reads(1.0, 0.5) == 1
+    # Its last ack is over leader_quiet_s old: ten reads a second again, at once.
+    assert reads(1.1, 0.05) == 1
+    assert reads(1.15, 0.05) == 0
+    assert reads(1.25, 0.05) == 1
+    assert reads(1.4, None) == 1  # no link: fast
 
 
 @pytest.mark.parametrize(

@@ -933,6 +933,7 @@ class _Interregnum:
         self._observer = observer
         self._held: dict[tuple[str, str], _Held] = {}
         self._reader: asyncio.Task[None] | None = None
+        self._uncovered: set[tuple[int, int, int]] = set()
 
     def welcomed(self, held: _Held, welcome: agent_pb2.Welcome) -> None:
         """A Welcome came through for ``held``: a new Session, fed if the window covers it."""
@@ -945,15 +946,15 @@ class _Interregnum:
             welcome.dead_after_ms / 1000.0,
         )
         if not covered:
-            _log.warning(
-                "no interregnum acks for the Session %s: its Welcome's timings "
-                "(heartbeat %d ms, fence %d ms, dead %d ms) are not this replica's; "
-                "configure every replica alike",
-                welcome.session_id,
-                welcome.heartbeat_interval_ms,
-                welcome.fence_after_ms,
-                welcome.dead_after_ms,
-            )
+            timings = (welcome.heartbeat_interval_ms, welcome.fence_after_ms, welcome.dead_after_ms)
+            if timings not in self._uncovered:  # once per set of timings, not per agent
+                self._uncovered.add(timings)
+                _log.warning(
+                    "no interregnum acks for Sessions Welcomed with heartbeat %d ms, "
+                    "fence %d ms, dead %d ms: not this replica's timings; configure "
+                    "every replica alike (docs/fan-in.md section 8)",
+                    *timings,
+                )
             return
         key = (held.ident, welcome.session_id)
         held.interregnum_key = key

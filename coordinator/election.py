@@ -792,10 +792,7 @@ class Election:
         Raises:
             aetcd.ClientError: etcd refused or did not answer (UNAVAILABLE).
         """
-        response = await self._candidates()
-        for kv in response:
-            return Leader.from_kv(kv)
-        return None
+        return (await self.read_leader())[1]
 
     async def read_leader(self) -> tuple[int, Leader | None]:
         """A linearizable read of the election prefix (fan-in's ``ReadElection``).

@@ -452,6 +452,11 @@ class FollowerCore:
         session.pending.append(_Entry(ev.seq, ev.kind, ev.now_s))
         if len(session.pending) > self.settings.max_pending_per_session:
             del session.pending[0]
+        if ev.now_s > self._interregnum_bound_s():
+            # Past the bound nothing is ackable: this entry arrived too late, and
+            # every older one was checked against the same bound on arrival (it
+            # moves only with the anchor, and _on_election scans when it does).
+            return []
         return self._interregnum_acks([session])
 
     def _on_session_ended(self, ev: SessionEnded) -> list[Command]:

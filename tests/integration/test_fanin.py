@@ -410,6 +410,9 @@ async def test_a_follower_acks_by_rule_b_while_no_leader_can_and_only_within_its
             f"a new Welcome; read {[(round(t - killed_at, 2), b) for t, b, _ in probe.received]}",
         )
         await asyncio.sleep(1.5)
+        # Never judged: still ALIVE while its stream is open (closing it makes it SUSPECT).
+        nodes = {n.node_id: n for n in await cluster.list_nodes()}
+        assert nodes["probe-1"].state == records_pb2.NODE_STATE_ALIVE
     finally:
         await probe.close()
         await etcd.close()
@@ -441,9 +444,7 @@ async def test_a_follower_acks_by_rule_b_while_no_leader_can_and_only_within_its
         assert sent <= gone_at + window_s, (seq, sent - gone_at, window_s)
     metrics = cluster.coordinator_metrics
     assert _series(metrics[follower], "lazarus_forward_interregnum_acks_total") == len(given)
-    # The new leader's acks resumed after its Welcome; the node was never judged.
+    # The new leader's acks resumed after its Welcome.
     welcome_at = probe.first("welcome", reattach_at)
     assert welcome_at is not None
     assert probe.first("heartbeat_ack", welcome_at) is not None
-    nodes = {n.node_id: n for n in await cluster.list_nodes()}
-    assert nodes["probe-1"].state == records_pb2.NODE_STATE_ALIVE

@@ -47,7 +47,9 @@ __all__ = [
     "digest_eligible",
     "leader_end_detaches",
     "link_accepted",
+    "link_led",
     "link_outdated",
+    "newest_leader",
 ]
 
 K = TypeVar("K", bound=Hashable)
@@ -157,11 +159,35 @@ class LinkPolicy:
         hold off ``failed_leader_hold_off_s``). False when it never did (it
         refused the link, being named by the election but still taking
         over, or did not answer in time, as a replica busy taking over may
-        not): ask again after ``refused_retry_s``.
+        not): ask again after ``refused_retry_s``. Unless that very leader
+        (address and term) had accepted the link before this failure: a
+        leader that led, lost its link and does not answer a redial crashed
+        or is cut off, and the election names it until its lease expires
+        (up to the lease TTL); redialling it every ``refused_retry_s`` only
+        keeps the dialler waiting on it (``LINK_CONNECT_TIMEOUT_S`` each
+        time) while the next leader takes over, so it is held off
+        ``failed_leader_hold_off_s`` again.
         """
         settings = self._settings
-        wait = settings.failed_leader_hold_off_s if accepted else settings.refused_retry_s
-        self._failed = (address, term, now_s + wait, not accepted)
+        previous = self._failed
+        led = accepted or (
+            previous is not None and previous[:2] == (address, term) and not previous[3]
+        )
+        wait = settings.failed_leader_hold_off_s if led else settings.refused_retry_s
+        self._failed = (address, term, now_s + wait, not led)
+
+    def went(self, address: str, term: int) -> bool:
+        """Whether the last link that failed was to this leader, and it had led on it.
+
+        A redial of such a leader (a crashed one whose key outlives it, until
+        its lease expires) is not worth waiting for: a new Session is sent
+        away (NotLeader, back in 0.2 s) rather than queued behind the dial.
+        The first dial of a leader is waited for (it is usually alive: at
+        start-up, or after an election), so agents stay on the replica they
+        dialled instead of spilling over to the leader.
+        """
+        failed = self._failed
+        return failed is not None and failed[:2] == (address, term) and not failed[3]
 
     def choose(
         self,
@@ -206,6 +232,27 @@ class LinkPolicy:
         return LinkChoice.DIAL
 
 
+def newest_leader(
+    read: tuple[str, int] | None, observed: tuple[str, int] | None
+) -> tuple[str, int] | None:
+    """The leader (address, term) to link to: the election read's, unless the watch knows better.
+
+    Args:
+        read: what a read of the election answered (None: nobody campaigns).
+        observed: the last leader the election watch showed (None: none yet).
+
+    A read sent before the old leader's key was deleted can be answered after
+    the watch already showed the next leader (a loaded etcd or event loop);
+    terms only grow, so the higher one is the newer (the watch's, when its
+    term is higher). A read showing nobody is taken as it is: the watch
+    yields nothing when nobody campaigns, so it cannot say the read is old.
+    Liveness only: a leader accepts a link only while it leads.
+    """
+    if read is None or observed is None:
+        return read
+    return observed if observed[1] > read[1] else read
+
+
 def link_outdated(link_address: str, link_term: int, leader_address: str, term: int) -> bool:
     """Whether an open link must be failed because the election shows another leader.
 
@@ -233,6 +280,23 @@ def link_accepted(said_accepted: bool | None, ended: bool) -> bool:
     if said_accepted:
         return True
     return not ended
+
+
+def link_led(said_accepted: bool | None, replied: bool) -> bool:
+    """Whether the leader of a link that ended had led on it (for ``LinkPolicy.failed``).
+
+    Args:
+        said_accepted: as for :func:`link_accepted`.
+        replied: the leader sent at least one batch on the link.
+
+    A link accepted by silence (``link_accepted``'s rule for an earlier
+    release) may have been a leader still taking over whose event loop was
+    too busy to refuse within the wait: when it then refuses, with no reply
+    ever sent, it did not lead, and it is asked again after
+    ``refused_retry_s``, not held off as a leader that went
+    (``bench/fanin_failover_bench.py`` saw a 1.1 s gap at a takeover).
+    """
+    return bool(said_accepted) or replied
 
 
 def leader_end_detaches(code: int) -> bool:

@@ -23,7 +23,9 @@ from coordinator.core.relay import (
     digest_eligible,
     leader_end_detaches,
     link_accepted,
+    link_led,
     link_outdated,
+    newest_leader,
 )
 
 
@@ -277,12 +279,57 @@ def test_a_leader_that_never_accepted_the_link_is_asked_again_soon() -> None:
     assert _choose(policy, "new:1", 4, now_s=21.0) is LinkChoice.DIAL
 
 
+def test_a_leader_that_led_and_then_does_not_answer_a_redial_is_held_off_in_full() -> None:
+    policy = LinkPolicy(RelaySettings(failed_leader_hold_off_s=1.0, refused_retry_s=0.2))
+    policy.failed("old:1", 3, now_s=10.0, accepted=True)  # it led; its link broke
+    # After the hold-off, the redial does not connect: crashed, its key outlives it.
+    policy.failed("old:1", 3, now_s=11.5, accepted=False)
+    assert _choose(policy, "old:1", 3, now_s=11.8) is LinkChoice.HOLD_OFF  # not RETRY_SOON
+    assert _choose(policy, "old:1", 3, now_s=12.49) is LinkChoice.HOLD_OFF
+    assert _choose(policy, "old:1", 3, now_s=12.5) is LinkChoice.DIAL
+    policy.failed("old:1", 3, now_s=13.0, accepted=False)  # and again: still in full
+    assert _choose(policy, "old:1", 3, now_s=13.5) is LinkChoice.HOLD_OFF
+    # The next leader, still taking over, is asked again soon; the election moved on.
+    policy.failed("new:1", 4, now_s=14.0, accepted=False)
+    assert _choose(policy, "new:1", 4, now_s=14.2) is LinkChoice.DIAL
+    # The same address in a new term never led in that term: soon.
+    policy.failed("old:1", 5, now_s=20.0, accepted=False)
+    assert _choose(policy, "old:1", 5, now_s=20.2) is LinkChoice.DIAL
+
+
+def test_only_a_leader_that_led_on_the_last_failed_link_counts_as_gone() -> None:
+    policy = LinkPolicy()
+    assert not policy.went("old:1", 3)  # nothing failed yet
+    policy.failed("old:1", 3, now_s=10.0, accepted=True)
+    assert policy.went("old:1", 3)
+    assert policy.went("old:1", 3)  # whatever the time: until another failure
+    assert not policy.went("old:1", 4)
+    assert not policy.went("new:1", 3)
+    policy.failed("new:1", 4, now_s=11.0, accepted=False)  # refused: taking over
+    assert not policy.went("new:1", 4)
+
+
 def test_a_replica_links_to_itself_only_to_carry_its_sessions_while_it_leads() -> None:
     policy = LinkPolicy()
     assert _choose(policy, "me:1") is LinkChoice.OWN  # a new Session: served here directly
     assert _choose(policy, "me:1", to_self=True) is LinkChoice.OWN  # named, not leading yet
     assert _choose(policy, "me:1", leading=True) is LinkChoice.OWN
     assert _choose(policy, "me:1", leading=True, to_self=True) is LinkChoice.DIAL
+
+
+def test_a_link_accepted_by_silence_led_only_if_the_leader_replied_on_it() -> None:
+    assert link_led(True, replied=False)  # its word
+    assert link_led(None, replied=True)  # an earlier release's leader that replied
+    assert not link_led(None, replied=False)  # silent, then refused: still taking over
+    assert not link_led(False, replied=False)
+
+
+def test_a_late_election_read_gives_way_to_the_newer_leader_the_watch_showed() -> None:
+    old, new = ("old:1", 3), ("new:1", 5)
+    assert newest_leader(old, new) == new  # the read was sent before the old key went
+    assert newest_leader(new, old) == new  # the watch lags the read
+    assert newest_leader(new, None) == new  # no watch event yet
+    assert newest_leader(None, old) is None  # nobody campaigns: the watch cannot contradict
 
 
 def test_an_open_link_is_outdated_by_any_change_of_leader_address_or_term() -> None:

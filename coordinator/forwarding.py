@@ -105,7 +105,9 @@ from coordinator.core.relay import (
     digest_eligible,
     leader_end_detaches,
     link_accepted,
+    link_led,
     link_outdated,
+    newest_leader,
 )
 from coordinator.runtime import Channel, CoordinatorRuntime
 from lazarus.tls import ClientTls
@@ -674,7 +676,9 @@ class _Link:
         self.term = term
         self.closed = False
         self.accepted = False
-        """The leader accepted the stream (``ACCEPTED_METADATA``): it leads."""
+        """The stream is to be used: the leader accepted it (``link_accepted``)."""
+        self._said_accepted: bool | None = None
+        self._replied = False
         self.last_ack_s: float | None = None
         """When a heartbeat ack of the leader's last came through (monotonic)."""
         self._observer = observer
@@ -721,8 +725,14 @@ class _Link:
             ended = bool(finished)
         else:
             ended = self._call.done()
+        self._said_accepted = said
         self.accepted = link_accepted(said, ended)
         return self.accepted
+
+    @property
+    def led(self) -> bool:
+        """Whether the leader led on this link: its word, or a reply (``link_led``)."""
+        return link_led(self._said_accepted, self._replied)
 
     async def _requests(self) -> AsyncIterator[replica_pb2.ForwardBatch]:
         async for batch in _batches(self._send, BATCH_LINGER_S):
@@ -733,6 +743,7 @@ class _Link:
         reason = "the leader ended the stream"
         try:
             async for batch in self._call:
+                self._replied = True
                 self._observer.forward_batch("received", len(batch.entries))
                 for entry in batch.entries:
                     self._route(entry)
@@ -850,14 +861,20 @@ RELAY_SETTINGS = RelaySettings(
 )
 """At most 500 Reattaches a second after a leader change; an agent that sends no
 Hello 5 s after its Reattach has its stream ended (UNAVAILABLE); a leader whose
-link just broke is not redialled for 1 s while the election still names it, one
-that never accepted a link (not leading yet, or not answering in time) for 0.2 s."""
+link just broke is not redialled for 1 s while the election still names it (nor
+for 1 s after each redial it does not answer), one that never led on a link (not
+leading yet, or not answering in time) for 0.2 s (``LinkPolicy``)."""
 
 AGENT_FENCE_LEAD_S = 0.5
 """How long before its fence deadline an agent starts pausing (``node_agent``'s
 default ``fence_lead_s``): the Reattach schedule plans with it."""
 
 RELINK_INTERVAL_S = 0.1
+NEW_SESSION_LINK_WAIT_S = 0.25
+"""How long a new Session waits for a link attempt already in progress (election
+read, dial, accept) before its agent is sent away with NotLeader (back in
+``NOT_LEADER_RETRY_AFTER_MS``): long enough for a first dial of a live leader,
+short enough that agents redialling after a leader crash do not queue."""
 """How often a follower with detached Sessions looks for a leader to carry them to."""
 
 
@@ -1053,6 +1070,21 @@ class _Interregnum:
                 await self._reader
 
 
+async def _connected(channel: grpc.aio.Channel, moved: asyncio.Event, timeout_s: float) -> bool:
+    """Whether ``channel`` connects within ``timeout_s`` and before ``moved`` is set."""
+    ready = asyncio.ensure_future(channel.channel_ready())
+    aborted = asyncio.ensure_future(moved.wait())
+    try:
+        await asyncio.wait({ready, aborted}, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+        return ready.done() and not ready.cancelled() and ready.exception() is None
+    finally:
+        for waiter in (ready, aborted):
+            if not waiter.done():
+                waiter.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await waiter
+
+
 class SessionForwarder:
     """A follower's side of fan-in: holds agents' Sessions, forwards them to the leader.
 
@@ -1089,6 +1121,12 @@ class SessionForwarder:
         self._link: _Link | None = None
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._connecting = asyncio.Lock()
+        # Done when the link attempt in progress (election read, dial, accept) ends.
+        self._attempt: asyncio.Future[None] | None = None
+        # The leader being dialled (address, term) and what aborts the dial once
+        # the election shows another one (a crashed leader does not answer).
+        self._dialling: tuple[str, int, asyncio.Event] | None = None
+        self._observed: tuple[str, int] | None = None  # the election watch's last leader
         self._held: set[_Held] = set()
         relay_settings = RELAY_SETTINGS
         if interregnum is not None:  # (b) acks move fences: those Reattaches may wait
@@ -1116,6 +1154,10 @@ class SessionForwarder:
         runtime.on_leader_observed(self._leader_observed)
 
     def _leader_observed(self, address: str, term: int) -> None:
+        self._observed = (address, term)
+        dialling = self._dialling
+        if dialling is not None and link_outdated(dialling[0], dialling[1], address, term):
+            dialling[2].set()  # stop waiting on a leader the election moved past
         link = self._link
         if (
             link is not None
@@ -1125,7 +1167,7 @@ class SessionForwarder:
             link.fail(f"the election shows a new leader, term {term} at {address or '?'}")
 
     def _link_failed(self, link: _Link) -> None:
-        self._policy.failed(link.address, link.term, time.monotonic(), accepted=link.accepted)
+        self._policy.failed(link.address, link.term, time.monotonic(), accepted=link.led)
 
     def _detach(self, held: _Held) -> None:
         if held in self._held:
@@ -1157,50 +1199,102 @@ class SessionForwarder:
             link = self._link
             if link is not None and not link.closed:
                 return link
+            attempt = asyncio.get_running_loop().create_future()
+            self._attempt = attempt
             try:
-                leader = await self._runtime.election.leader()
-            except Exception as exc:  # etcd unreachable: no leader we can name
-                _log.warning("reading the leader to forward to failed: %s", exc)
-                return None
-            choice = self._policy.choose(
-                leader.value if leader is not None else "",
-                leader.term if leader is not None else 0,
-                self._runtime.settings.advertise_address,
-                leading=self._runtime.leading,
-                to_self=to_self,
-                now_s=time.monotonic(),
-            )
-            if choice is not LinkChoice.DIAL or leader is None:
-                return None  # none named, held off, or this replica
-            channel = self._channels.get(leader.value)
-            if channel is None:
-                channel = self._tls.aio_channel(leader.value)
-                self._channels[leader.value] = channel
-            try:
-                await asyncio.wait_for(channel.channel_ready(), LINK_CONNECT_TIMEOUT_S)
-            except TimeoutError:
-                _log.warning("the leader at %s does not answer; not forwarding", leader.value)
-                self._policy.failed(leader.value, leader.term, time.monotonic(), accepted=False)
-                return None
-            link = _Link(
-                leader.value,
-                leader.term,
-                channel,
-                self._observer,
-                self._max_outbound,
-                self._detach,
-                self._link_failed,
-                self._runtime.settings.member_id,
-                self._interregnum.welcomed if self._interregnum is not None else None,
-            )
-            if not await link.accept(LINK_CONNECT_TIMEOUT_S):
-                # Named by the election but not leading yet (its runtime is still
-                # taking over), or paused: ask again soon (``LinkPolicy``).
-                link.fail("the leader did not accept the Forward stream")
-                return None
-            self._link = link
-            _log.info("forwarding Sessions to the leader at %s (term %d)", link.address, link.term)
+                return await self._attempt_link(to_self)
+            finally:
+                self._attempt = None
+                attempt.set_result(None)
+
+    async def _link_for_new_session(self) -> _Link | None:
+        """The link a new Session is forwarded over, or None (the agent gets NotLeader).
+
+        One attempt serves every new Session (single flight): while one is in
+        progress, a new Session waits for its outcome (at most
+        :data:`NEW_SESSION_LINK_WAIT_S`) instead of queueing for
+        an election read and dial of its own (with a thousand agents
+        redialling after a leader crash, those queued reads held their
+        NotLeader up to 2 s: ``bench/fanin_failover_bench.py``); and it does not
+        wait at all on the redial of a leader whose link broke
+        (``LinkPolicy.went``).
+        """
+        link = self._link
+        if link is not None and not link.closed:
             return link
+        attempt = self._attempt
+        if attempt is None:
+            return await self._current_link()
+        dialling = self._dialling
+        if dialling is not None and self._policy.went(dialling[0], dialling[1]):
+            # A crashed leader's key outlives it: its redial can take up to
+            # LINK_CONNECT_TIMEOUT_S. NotLeader now; the agent is back in
+            # NOT_LEADER_RETRY_AFTER_MS.
+            return None
+        try:
+            await asyncio.wait_for(asyncio.shield(attempt), NEW_SESSION_LINK_WAIT_S)
+        except TimeoutError:
+            return None  # a slow election read (etcd or this loop loaded): NotLeader
+        link = self._link
+        return link if link is not None and not link.closed else None
+
+    async def _attempt_link(self, to_self: bool) -> _Link | None:
+        """One attempt to open the link (under ``_connecting``): read, choose, dial, accept."""
+        try:
+            read = await self._runtime.election.leader()
+        except Exception as exc:  # etcd unreachable: no leader we can name
+            _log.warning("reading the leader to forward to failed: %s", exc)
+            return None
+        leader = newest_leader(
+            (read.value, read.term) if read is not None else None, self._observed
+        )
+        choice = self._policy.choose(
+            leader[0] if leader is not None else "",
+            leader[1] if leader is not None else 0,
+            self._runtime.settings.advertise_address,
+            leading=self._runtime.leading,
+            to_self=to_self,
+            now_s=time.monotonic(),
+        )
+        if choice is not LinkChoice.DIAL or leader is None:
+            return None  # none named, held off, or this replica
+        address, term = leader
+        channel = self._channels.get(address)
+        if channel is None:
+            channel = self._tls.aio_channel(address)
+            self._channels[address] = channel
+        moved = asyncio.Event()
+        self._dialling = (address, term, moved)
+        try:
+            connected = await _connected(channel, moved, LINK_CONNECT_TIMEOUT_S)
+        finally:
+            self._dialling = None
+        if not connected:
+            if moved.is_set():  # the election named another leader meanwhile
+                _log.info("the election moved past the leader at %s; not dialled", address)
+                return None
+            _log.warning("the leader at %s does not answer; not forwarding", address)
+            self._policy.failed(address, term, time.monotonic(), accepted=False)
+            return None
+        link = _Link(
+            address,
+            term,
+            channel,
+            self._observer,
+            self._max_outbound,
+            self._detach,
+            self._link_failed,
+            self._runtime.settings.member_id,
+            self._interregnum.welcomed if self._interregnum is not None else None,
+        )
+        if not await link.accept(LINK_CONNECT_TIMEOUT_S):
+            # Named by the election but not leading yet (its runtime is still
+            # taking over), or paused: ask again soon (``LinkPolicy``).
+            link.fail("the leader did not accept the Forward stream")
+            return None
+        self._link = link
+        _log.info("forwarding Sessions to the leader at %s (term %d)", link.address, link.term)
+        return link
 
     async def _reattach(self) -> None:
         """Carry detached Sessions to the next leader that answers; until none is left."""
@@ -1256,7 +1350,7 @@ class SessionForwarder:
             answering NotLeader lets it open a Session directly a moment
             later (measured: ``bench/README.md``, fan-in failover).
         """
-        link = await self._current_link()
+        link = await self._link_for_new_session()
         if link is None:
             return False
         held = _Held()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -18,7 +19,9 @@ from typing import Any
 import grpc
 import pytest
 
+from coordinator.core.relay import LinkChoice
 from coordinator.forwarding import (
+    LINK_CONNECT_TIMEOUT_S,
     REPLICA_SERVICE_NAME,
     SessionForwarder,
     _Link,
@@ -106,6 +109,48 @@ async def test_an_earlier_release_leader_that_keeps_the_stream_open_is_accepted(
         await server.stop(None)
 
 
+async def _busy_then_refuses(
+    requests: AsyncIterator[replica_pb2.ForwardBatch], context: Any
+) -> None:
+    """A leader still taking over whose loop answers only after the wait: then refuses."""
+    await asyncio.sleep(0.5)
+    await context.abort(grpc.StatusCode.UNAVAILABLE, "not the leader")
+
+
+@pytest.mark.timeout(30)
+async def test_a_link_accepted_by_silence_then_refused_did_not_lead() -> None:
+    """The silent acceptance (an earlier release's leader) used, then refused with no
+    reply: the policy must ask again soon (``refused_retry_s``), not hold off 1 s."""
+    server = grpc.aio.server()
+    method = grpc.stream_stream_rpc_method_handler(
+        _busy_then_refuses,
+        request_deserializer=replica_pb2.ForwardBatch.FromString,
+        response_serializer=replica_pb2.ForwardBatch.SerializeToString,
+    )
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler(REPLICA_SERVICE_NAME, {"Forward": method}),)
+    )
+    address = f"127.0.0.1:{server.add_insecure_port('127.0.0.1:0')}"
+    await server.start()
+    failed: list[_Link] = []
+    channel = grpc.aio.insecure_channel(address)
+    try:
+        await asyncio.wait_for(channel.channel_ready(), 5)
+        link = _Link(address, 7, channel, _NullObserver(), 100, lambda held: None, failed.append)
+        assert await link.accept(0.2)  # silent past the wait: used
+        for _ in range(100):
+            if failed:
+                break
+            await asyncio.sleep(0.05)
+        assert failed == [link]
+        assert link.accepted
+        assert not link.led
+        await link.close()
+    finally:
+        await channel.close()
+        await server.stop(None)
+
+
 class _Leader:
     def __init__(self, value: str, term: int) -> None:
         self.value, self.term = value, term
@@ -189,3 +234,89 @@ async def test_with_no_leader_named_a_new_session_is_sent_away_at_once() -> None
         assert await forwarder.hold(requests(), _AgentStream()) is False  # type: ignore[arg-type]
     finally:
         await forwarder.close()
+
+
+def _choose_dial(forwarder: SessionForwarder, address: str) -> LinkChoice:
+    return forwarder._policy.choose(
+        address, 4, "127.0.0.1:1", leading=False, to_self=False, now_s=time.monotonic()
+    )
+
+
+class _ObservedRuntime(_FollowerRuntime):
+    """The election names ``address``; the test plays the election watch."""
+
+    def __init__(self, address: str) -> None:
+        super().__init__(address)
+        self.listeners: list[Any] = []
+
+    def on_leader_observed(self, callback: Any) -> None:
+        self.listeners.append(callback)
+
+
+@pytest.mark.timeout(30)
+async def test_new_sessions_do_not_queue_behind_a_dial_the_election_then_abandons() -> None:
+    """A crashed leader's key outlives it: the follower dials a leader that does
+    not answer (here a socket that never speaks HTTP/2), up to
+    LINK_CONNECT_TIMEOUT_S. A new Session meanwhile is sent away at once (the
+    agent is back in 0.2 s), not queued behind the dial; and the dial ends as
+    soon as the election watch shows another leader (measured before:
+    ``bench/fanin_failover_bench.py``, victims' Hellos held up to 3 s)."""
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen()
+    address = f"127.0.0.1:{silent.getsockname()[1]}"
+    runtime = _ObservedRuntime(address)
+    forwarder = SessionForwarder(runtime)  # type: ignore[arg-type]
+    # It led (term 4, as the election names it) and its link broke 2 s ago.
+    forwarder._policy.failed(address, 4, time.monotonic() - 2.0, accepted=True)
+
+    async def requests() -> AsyncIterator[bytes]:
+        yield agent_pb2.AgentMessage(hello=agent_pb2.Hello(node_id="n1")).SerializeToString()
+
+    try:
+        started = time.monotonic()
+        dialling = asyncio.create_task(forwarder.hold(requests(), _AgentStream()))  # type: ignore[arg-type]
+        await asyncio.sleep(0.05)
+        assert not dialling.done()  # waiting on the silent leader
+        assert await forwarder.hold(requests(), _AgentStream()) is False  # type: ignore[arg-type]
+        assert not dialling.done()  # the second Session did not wait for the dial
+        for listener in runtime.listeners:
+            listener("127.0.0.1:2", 5)  # the next leader's key: the old one is gone
+        assert await dialling is False
+        assert time.monotonic() - started < LINK_CONNECT_TIMEOUT_S  # abandoned, not timed out
+        # Abandoned, not failed: no new hold-off (the election names another leader).
+        assert _choose_dial(forwarder, address) is LinkChoice.DIAL
+    finally:
+        await forwarder.close()
+        silent.close()
+
+
+@pytest.mark.timeout(30)
+async def test_new_sessions_wait_for_the_first_dial_of_a_leader() -> None:
+    """A leader never linked before is usually alive (start-up, a new election): a
+    new Session waits for that dial, so its agent stays on the replica it dialled
+    instead of spilling over to the leader."""
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen()
+    address = f"127.0.0.1:{silent.getsockname()[1]}"
+    runtime = _ObservedRuntime(address)
+    forwarder = SessionForwarder(runtime)  # type: ignore[arg-type]
+
+    async def requests() -> AsyncIterator[bytes]:
+        yield agent_pb2.AgentMessage(hello=agent_pb2.Hello(node_id="n1")).SerializeToString()
+
+    try:
+        first = asyncio.create_task(forwarder.hold(requests(), _AgentStream()))  # type: ignore[arg-type]
+        await asyncio.sleep(0.05)
+        second = asyncio.create_task(forwarder.hold(requests(), _AgentStream()))  # type: ignore[arg-type]
+        await asyncio.sleep(0.1)
+        assert not first.done()
+        assert not second.done()  # queued behind the first dial
+        for listener in runtime.listeners:
+            listener("127.0.0.1:2", 5)
+        assert await first is False
+        assert await second is False  # then sent away: the leader it names is silent
+    finally:
+        await forwarder.close()
+        silent.close()

@@ -32,11 +32,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import contextlib
 import itertools
 import json
 import math
 import random
+import shutil
 import signal
 import sys
 import tempfile
@@ -148,15 +150,22 @@ class FanNode:
                     reply = grpc.aio.EOF
                 if reply is not grpc.aio.EOF and reply.WhichOneof("body") == "welcome":
                     self._welcomed(reply.welcome)
+                    self._attempt("welcome")
                     return
                 if reply is not grpc.aio.EOF and reply.WhichOneof("body") == "not_leader":
                     delay = max(delay, reply.not_leader.retry_after_ms / 1000.0)
                     self.redirect = reply.not_leader.leader_address  # "": the next one
                     if not self.redirect:
                         self.index += 1
+                    self._attempt("deferred" if self.redirect else "no leader")
                 else:
                     self.index += 1
+                    self._attempt("failed")
             await asyncio.sleep(delay)
+
+    def _attempt(self, outcome: str) -> None:
+        now = time.monotonic()
+        self.stats.attempts.append((time.time(), outcome, self.dialled, now - self.hello_sent_s))
 
     def _welcomed(self, welcome: Any) -> None:
         self.stats_welcomed = True
@@ -249,6 +258,9 @@ class Stats:
         self.reattaches = 0
         self.welcomes = 0
         self.welcomed: list[tuple[float, str]] = []  # (wall time, node) of each Welcome
+        # (wall time, outcome, ...) of each Hello sent by dialling: welcome, deferred
+        # (NotLeader naming the replica: admission control), no leader, failed
+        self.attempts: list[tuple[float, str, str, float]] = []  # + replica, Hello to reply s
 
     def take(self) -> dict[str, Any]:
         out = {
@@ -258,6 +270,7 @@ class Stats:
             "fenced": sorted(self.fenced),
             "reattaches": self.reattaches,
             "welcomes": self.welcomes,
+            "attempts": self.attempts,
         }
         self.__init__()  # type: ignore[misc]
         return out
@@ -388,6 +401,13 @@ async def one_run(args: argparse.Namespace, fan_in: bool, nodes: int, fault: str
             for w in workers:
                 await w.stop()
             await asyncio.to_thread(cluster.stop)
+        timeline = failover_timeline(
+            [Path(tmp) / f"coordinator-{i}.log" for i in survivors], killed_at
+        )
+        if args.keep_logs is not None:
+            mode = "fanin" if fan_in else "direct"
+            kept = args.keep_logs / f"{fault}-{nodes}-{mode}-{killed_at:.3f}"
+            await asyncio.to_thread(_keep_logs, Path(tmp), kept)
     ends = [e for a in after for e in a["ends"]]
     on_killed = sum(1 for _, address, _ in ends if address == killed_address)
     window = [ms for a in after for t, ms in a["latencies"] if t >= killed_at]
@@ -407,6 +427,28 @@ async def one_run(args: argparse.Namespace, fan_in: bool, nodes: int, fault: str
         "fault": fault,
         # The victim's nodes (worker k's began on replica k): their next Welcome
         # after the signal, seconds (p50, p90, max; fence at about 4.5-5 s).
+        # What the victim's nodes' Hellos got after the signal (redials, not Reattaches).
+        "victims_hellos": dict(
+            collections.Counter(a[1] for a in after[victim_index]["attempts"] if a[0] >= killed_at)
+        ),
+        # How long each kind of answer took (Hello to reply, p50 / max, seconds).
+        "victims_hello_s": {
+            outcome: [round(_percentile(rtts, 0.5), 3), round(max(rtts), 3)]
+            for outcome in ("welcome", "no leader", "failed", "deferred")
+            if (
+                rtts := [
+                    a[3]
+                    for a in after[victim_index]["attempts"]
+                    if a[0] >= killed_at and a[1] == outcome
+                ]
+            )
+        },
+        # Their Welcomes: by the replica that gave it (next leader or follower), with
+        # the Hello's round trip p50 / max, seconds.
+        "victims_welcomes_by": welcomes_by(
+            [a for a in after[victim_index]["attempts"] if a[0] >= killed_at and a[1] == "welcome"],
+            addresses[new_leader],
+        ),
         "victims_welcome_s": [
             _percentile(rewelcomed, 0.5),
             _percentile(rewelcomed, 0.9),
@@ -432,7 +474,62 @@ async def one_run(args: argparse.Namespace, fan_in: bool, nodes: int, fault: str
         "ack_p50_after_ms": _percentile(window, 0.5),
         "ack_p99_after_ms": _percentile(window, 0.99),
         "longest_ack_silence_s": last_gap,
+        "timeline_s": timeline,
     }
+
+
+TIMELINE = {
+    # what a surviving replica logs -> the timeline's name for its first time after the kill
+    "the leader's election key was seen gone": "key_seen_gone",
+    "leading: key=": "elected",
+    "leading: term=": "leading",
+    "forwarding Sessions to the leader": "linked",
+}
+
+
+def _keep_logs(run_dir: Path, kept: Path) -> None:
+    kept.mkdir(parents=True, exist_ok=True)
+    for log in run_dir.glob("*.log"):
+        shutil.copy(log, kept / log.name)
+    print(f"logs kept in {kept}", file=sys.stderr)
+
+
+def welcomes_by(welcomes: list[list[Any]], leader_address: str) -> dict[str, list[float]]:
+    """Welcomes by who gave them: count, Hello round trip p50 and max (seconds)."""
+    out: dict[str, list[float]] = {}
+    for role in ("leader", "follower"):
+        rtts = sorted(a[3] for a in welcomes if (a[2] == leader_address) == (role == "leader"))
+        if rtts:
+            out[role] = [len(rtts), round(_percentile(rtts, 0.5), 3), round(rtts[-1], 3)]
+    return out
+
+
+def failover_timeline(logs: list[Path], killed_at: float) -> dict[str, float]:
+    """Seconds from the kill to each step of the takeover, from the survivors' JSON logs.
+
+    ``key_seen_gone``: a follower's read first showed the old leader's key deleted
+    (its lease expired); ``elected``: the next leader's campaign won; ``leading``:
+    its runtime loaded the state and leads; ``linked``: a follower's Forward
+    stream to it was accepted. Each is the earliest over the survivors; a step no
+    log shows is absent.
+    """
+    first: dict[str, float] = {}
+    for path in logs:
+        with contextlib.suppress(OSError):
+            for line in path.read_text(errors="replace").splitlines():
+                if not line.startswith("{"):
+                    continue
+                try:
+                    entry = json.loads(line)
+                except ValueError:
+                    continue
+                ts, msg = entry.get("ts"), str(entry.get("msg", ""))
+                if not isinstance(ts, (int, float)) or ts < killed_at:
+                    continue
+                for needle, name in TIMELINE.items():
+                    if msg.startswith(needle):
+                        first[name] = min(first.get(name, math.inf), ts - killed_at)
+    return {name: round(first[name], 3) for name in TIMELINE.values() if name in first}
 
 
 def readme(result: dict[str, Any]) -> str:
@@ -515,6 +612,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--out", type=Path, default=RESULTS, help="JSON results path")
     parser.add_argument("--no-readme", action="store_true", help="do not rewrite bench/README.md")
+    parser.add_argument(
+        "--keep-logs",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="copy each run's replica logs (JSON lines) to a directory under DIR",
+    )
     parser.add_argument(
         "--quick",
         action="store_true",

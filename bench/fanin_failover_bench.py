@@ -402,7 +402,9 @@ async def one_run(args: argparse.Namespace, fan_in: bool, nodes: int, fault: str
                 await w.stop()
             await asyncio.to_thread(cluster.stop)
         timeline = failover_timeline(
-            [Path(tmp) / f"coordinator-{i}.log" for i in survivors], killed_at
+            [Path(tmp) / f"coordinator-{i}.log" for i in survivors],
+            killed_at,
+            killed_at + args.after_s,
         )
         if args.keep_logs is not None:
             mode = "fanin" if fan_in else "direct"
@@ -504,14 +506,15 @@ def welcomes_by(welcomes: list[list[Any]], leader_address: str) -> dict[str, lis
     return out
 
 
-def failover_timeline(logs: list[Path], killed_at: float) -> dict[str, float]:
+def failover_timeline(logs: list[Path], killed_at: float, until: float) -> dict[str, float]:
     """Seconds from the kill to each step of the takeover, from the survivors' JSON logs.
 
     ``key_seen_gone``: a follower's read first showed the old leader's key deleted
     (its lease expired); ``elected``: the next leader's campaign won; ``leading``:
     its runtime loaded the state and leads; ``linked``: a follower's Forward
-    stream to it was accepted. Each is the earliest over the survivors; a step no
-    log shows is absent.
+    stream to it was accepted. Each is the earliest over the survivors, until
+    ``until`` (the end of the watch: not the cluster's shutdown); a step no log
+    shows is absent.
     """
     first: dict[str, float] = {}
     for path in logs:
@@ -524,7 +527,7 @@ def failover_timeline(logs: list[Path], killed_at: float) -> dict[str, float]:
                 except ValueError:
                     continue
                 ts, msg = entry.get("ts"), str(entry.get("msg", ""))
-                if not isinstance(ts, (int, float)) or ts < killed_at:
+                if not isinstance(ts, (int, float)) or not killed_at <= ts <= until:
                     continue
                 for needle, name in TIMELINE.items():
                     if msg.startswith(needle):

@@ -46,13 +46,21 @@ async def _old_release(requests: AsyncIterator[replica_pb2.ForwardBatch], contex
         pass
 
 
+async def _busy_then_refuses(
+    requests: AsyncIterator[replica_pb2.ForwardBatch], context: Any
+) -> None:
+    """A leader still taking over whose loop answers only after the wait: then refuses."""
+    await asyncio.sleep(0.5)
+    await context.abort(grpc.StatusCode.UNAVAILABLE, "not the leader")
+
+
 async def _server(handler: str, runtime: _Runtime) -> tuple[grpc.aio.Server, str]:
     server = grpc.aio.server()
     if handler == "current":
         add_replica_service(server, runtime, _never)  # type: ignore[arg-type]
     else:
         method = grpc.stream_stream_rpc_method_handler(
-            _old_release,
+            _old_release if handler == "old" else _busy_then_refuses,
             request_deserializer=replica_pb2.ForwardBatch.FromString,
             response_serializer=replica_pb2.ForwardBatch.SerializeToString,
         )
@@ -109,29 +117,11 @@ async def test_an_earlier_release_leader_that_keeps_the_stream_open_is_accepted(
         await server.stop(None)
 
 
-async def _busy_then_refuses(
-    requests: AsyncIterator[replica_pb2.ForwardBatch], context: Any
-) -> None:
-    """A leader still taking over whose loop answers only after the wait: then refuses."""
-    await asyncio.sleep(0.5)
-    await context.abort(grpc.StatusCode.UNAVAILABLE, "not the leader")
-
-
 @pytest.mark.timeout(30)
 async def test_a_link_accepted_by_silence_then_refused_did_not_lead() -> None:
     """The silent acceptance (an earlier release's leader) used, then refused with no
     reply: the policy must ask again soon (``refused_retry_s``), not hold off 1 s."""
-    server = grpc.aio.server()
-    method = grpc.stream_stream_rpc_method_handler(
-        _busy_then_refuses,
-        request_deserializer=replica_pb2.ForwardBatch.FromString,
-        response_serializer=replica_pb2.ForwardBatch.SerializeToString,
-    )
-    server.add_generic_rpc_handlers(
-        (grpc.method_handlers_generic_handler(REPLICA_SERVICE_NAME, {"Forward": method}),)
-    )
-    address = f"127.0.0.1:{server.add_insecure_port('127.0.0.1:0')}"
-    await server.start()
+    server, address = await _server("busy", _Runtime())
     failed: list[_Link] = []
     channel = grpc.aio.insecure_channel(address)
     try:

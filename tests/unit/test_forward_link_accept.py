@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import socket
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import grpc
@@ -232,6 +232,18 @@ def _choose_dial(forwarder: SessionForwarder, address: str) -> LinkChoice:
     )
 
 
+@pytest.fixture
+def silent_leader() -> Iterator[str]:
+    """The address of a leader that does not answer: a socket that never speaks HTTP/2."""
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen()
+    try:
+        yield f"127.0.0.1:{silent.getsockname()[1]}"
+    finally:
+        silent.close()
+
+
 class _ObservedRuntime(_FollowerRuntime):
     """The election names ``address``; the test plays the election watch."""
 
@@ -244,17 +256,16 @@ class _ObservedRuntime(_FollowerRuntime):
 
 
 @pytest.mark.timeout(30)
-async def test_new_sessions_do_not_queue_behind_a_dial_the_election_then_abandons() -> None:
+async def test_new_sessions_do_not_queue_behind_a_dial_the_election_then_abandons(
+    silent_leader: str,
+) -> None:
     """A crashed leader's key outlives it: the follower dials a leader that does
     not answer (here a socket that never speaks HTTP/2), up to
     LINK_CONNECT_TIMEOUT_S. A new Session meanwhile is sent away at once (the
     agent is back in 0.2 s), not queued behind the dial; and the dial ends as
     soon as the election watch shows another leader (measured before:
     ``bench/fanin_failover_bench.py``, victims' Hellos held up to 3 s)."""
-    silent = socket.socket()
-    silent.bind(("127.0.0.1", 0))
-    silent.listen()
-    address = f"127.0.0.1:{silent.getsockname()[1]}"
+    address = silent_leader
     runtime = _ObservedRuntime(address)
     forwarder = SessionForwarder(runtime)  # type: ignore[arg-type]
     # It led (term 4, as the election names it) and its link broke 2 s ago.
@@ -278,18 +289,14 @@ async def test_new_sessions_do_not_queue_behind_a_dial_the_election_then_abandon
         assert _choose_dial(forwarder, address) is LinkChoice.DIAL
     finally:
         await forwarder.close()
-        silent.close()
 
 
 @pytest.mark.timeout(30)
-async def test_new_sessions_wait_for_the_first_dial_of_a_leader() -> None:
+async def test_new_sessions_wait_for_the_first_dial_of_a_leader(silent_leader: str) -> None:
     """A leader never linked before is usually alive (start-up, a new election): a
     new Session waits for that dial, so its agent stays on the replica it dialled
     instead of spilling over to the leader."""
-    silent = socket.socket()
-    silent.bind(("127.0.0.1", 0))
-    silent.listen()
-    address = f"127.0.0.1:{silent.getsockname()[1]}"
+    address = silent_leader
     runtime = _ObservedRuntime(address)
     forwarder = SessionForwarder(runtime)  # type: ignore[arg-type]
 
@@ -309,4 +316,3 @@ async def test_new_sessions_wait_for_the_first_dial_of_a_leader() -> None:
         assert await second is False  # then sent away: the leader it names is silent
     finally:
         await forwarder.close()
-        silent.close()

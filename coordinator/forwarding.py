@@ -870,12 +870,13 @@ AGENT_FENCE_LEAD_S = 0.5
 default ``fence_lead_s``): the Reattach schedule plans with it."""
 
 RELINK_INTERVAL_S = 0.1
+"""How often a follower with detached Sessions looks for a leader to carry them to."""
+
 NEW_SESSION_LINK_WAIT_S = 0.25
 """How long a new Session waits for a link attempt already in progress (election
 read, dial, accept) before its agent is sent away with NotLeader (back in
 ``NOT_LEADER_RETRY_AFTER_MS``): long enough for a first dial of a live leader,
 short enough that agents redialling after a leader crash do not queue."""
-"""How often a follower with detached Sessions looks for a leader to carry them to."""
 
 
 def interregnum_settings(
@@ -1215,7 +1216,7 @@ class SessionForwarder:
         :data:`NEW_SESSION_LINK_WAIT_S`) instead of queueing for
         an election read and dial of its own (with a thousand agents
         redialling after a leader crash, those queued reads held their
-        NotLeader up to 2 s: ``bench/fanin_failover_bench.py``); and it does not
+        NotLeader for seconds: ``bench/fanin_failover_bench.py``); and it does not
         wait at all on the redial of a leader whose link broke
         (``LinkPolicy.went``).
         """

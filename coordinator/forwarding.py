@@ -188,6 +188,9 @@ class ForwardObserver(Protocol):
     def interregnum_acks(self, count: int) -> None:
         """A follower acked ``count`` heartbeats by rule (b) (no leader could)."""
 
+    def sessions_sent_away(self, reason: str) -> None:
+        """A new Session was answered NotLeader: "no_leader", "leader_gone" or "link_busy"."""
+
 
 class _NullObserver:
     def forwarded_sessions(self, side: str, delta: int) -> None:
@@ -203,6 +206,9 @@ class _NullObserver:
         pass
 
     def interregnum_acks(self, count: int) -> None:
+        pass
+
+    def sessions_sent_away(self, reason: str) -> None:
         pass
 
 
@@ -1225,19 +1231,25 @@ class SessionForwarder:
             return link
         attempt = self._attempt
         if attempt is None:
-            return await self._current_link()
-        dialling = self._dialling
-        if dialling is not None and self._policy.went(dialling[0], dialling[1]):
-            # A crashed leader's key outlives it: its redial can take up to
-            # LINK_CONNECT_TIMEOUT_S. NotLeader now; the agent is back in
-            # NOT_LEADER_RETRY_AFTER_MS.
+            link = await self._current_link()
+        else:
+            dialling = self._dialling
+            if dialling is not None and self._policy.went(dialling[0], dialling[1]):
+                # A crashed leader's key outlives it: its redial can take up to
+                # LINK_CONNECT_TIMEOUT_S. NotLeader now; the agent is back in
+                # NOT_LEADER_RETRY_AFTER_MS.
+                self._observer.sessions_sent_away("leader_gone")
+                return None
+            try:
+                await asyncio.wait_for(asyncio.shield(attempt), NEW_SESSION_LINK_WAIT_S)
+            except TimeoutError:  # a slow election read (etcd or this loop loaded)
+                self._observer.sessions_sent_away("link_busy")
+                return None
+            link = self._link
+        if link is None or link.closed:
+            self._observer.sessions_sent_away("no_leader")
             return None
-        try:
-            await asyncio.wait_for(asyncio.shield(attempt), NEW_SESSION_LINK_WAIT_S)
-        except TimeoutError:
-            return None  # a slow election read (etcd or this loop loaded): NotLeader
-        link = self._link
-        return link if link is not None and not link.closed else None
+        return link
 
     async def _attempt_link(self, to_self: bool) -> _Link | None:
         """One attempt to open the link (under ``_connecting``): read, choose, dial, accept."""

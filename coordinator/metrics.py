@@ -58,7 +58,10 @@ Series:
   stepped as liveness digests, ``path="digest"``, or behind an older message
   of their Session through the Session servicer, ``path="message"``),
   ``lazarus_forward_interregnum_acks_total`` (follower: heartbeats acked by
-  rule (b), the leader's election key seen deleted);
+  rule (b), the leader's election key seen deleted),
+  ``lazarus_forward_sessions_sent_away_total{reason}`` (follower: new
+  Sessions answered NotLeader, so their agents dial again: ``no_leader``,
+  ``leader_gone``, ``link_busy``; see ``coordinator.forwarding``);
 - the event archive (``coordinator.eventarchive``): ``lazarus_event_archive_backlog``
   (events waiting for Redis) and ``lazarus_event_archive_dropped_events``
   (never archived: the backlog overflowed during an outage).
@@ -255,6 +258,15 @@ class Metrics:
             "key was seen deleted; no leader could ack them).",
             registry=r,
         )
+        self.sent_away_total = Counter(
+            "lazarus_forward_sessions_sent_away",
+            "Follower: new Sessions answered NotLeader (the agent dials again), by reason "
+            "(no_leader: no link to a leader could be made; leader_gone: the linked leader "
+            "went and its redial is not waited for; link_busy: a link attempt in progress "
+            "took longer than the wait).",
+            ["reason"],
+            registry=r,
+        )
         self.identity_conflicts = Counter(
             "lazarus_identity_conflicts",
             "Hellos refused: the node id is held by another live incarnation "
@@ -292,6 +304,10 @@ class Metrics:
     def interregnum_acks(self, count: int) -> None:
         """A follower acked ``count`` heartbeats by rule (b) (no leader could)."""
         self.interregnum_acks_total.inc(count)
+
+    def sessions_sent_away(self, reason: str) -> None:
+        """A follower answered a new Session NotLeader for ``reason`` (its agent dials again)."""
+        self.sent_away_total.labels(reason).inc()
 
     def watch_archive(self, backlog: Callable[[], float], dropped: Callable[[], float]) -> None:
         """Read the event archive's backlog and dropped count at each scrape."""

@@ -43,6 +43,12 @@ def test_observer_facts_become_series() -> None:
     metrics.state_changed(core)
     assert _value(metrics, "lazarus_nodes", {"state": "ALIVE"}) == 0
     assert _value(metrics, "lazarus_tasks", {"state": "PENDING"}) == 0
+    metrics.sessions_sent_away("leader_gone")
+    metrics.sessions_sent_away("leader_gone")
+    metrics.sessions_sent_away("link_busy")
+    sent_away = "lazarus_forward_sessions_sent_away_total"
+    assert _value(metrics, sent_away, {"reason": "leader_gone"}) == 2
+    assert _value(metrics, sent_away, {"reason": "link_busy"}) == 1
     metrics.leadership_changed(False, 42)
     assert _value(metrics, "lazarus_is_leader") == 0
     text = generate_latest(metrics.registry).decode()

@@ -244,6 +244,16 @@ def silent_leader() -> Iterator[str]:
         silent.close()
 
 
+class _SentAway(_NullObserver):
+    """Counts the reasons new Sessions were sent away (the metric's labels)."""
+
+    def __init__(self) -> None:
+        self.reasons: list[str] = []
+
+    def sessions_sent_away(self, reason: str) -> None:
+        self.reasons.append(reason)
+
+
 class _ObservedRuntime(_FollowerRuntime):
     """The election names ``address``; the test plays the election watch."""
 
@@ -267,7 +277,8 @@ async def test_new_sessions_do_not_queue_behind_a_dial_the_election_then_abandon
     ``bench/fanin_failover_bench.py``, victims' Hellos held up to 3 s)."""
     address = silent_leader
     runtime = _ObservedRuntime(address)
-    forwarder = SessionForwarder(runtime)  # type: ignore[arg-type]
+    observer = _SentAway()
+    forwarder = SessionForwarder(runtime, observer=observer)  # type: ignore[arg-type]
     # It led (term 4, as the election names it) and its link broke 2 s ago.
     forwarder._policy.failed(address, 4, time.monotonic() - 2.0, accepted=True)
 
@@ -287,6 +298,7 @@ async def test_new_sessions_do_not_queue_behind_a_dial_the_election_then_abandon
         assert time.monotonic() - started < LINK_CONNECT_TIMEOUT_S  # abandoned, not timed out
         # Abandoned, not failed: no new hold-off (the election names another leader).
         assert _choose_dial(forwarder, address) is LinkChoice.DIAL
+        assert observer.reasons == ["leader_gone", "no_leader"]
     finally:
         await forwarder.close()
 
@@ -298,7 +310,8 @@ async def test_new_sessions_wait_for_the_first_dial_of_a_leader(silent_leader: s
     instead of spilling over to the leader."""
     address = silent_leader
     runtime = _ObservedRuntime(address)
-    forwarder = SessionForwarder(runtime)  # type: ignore[arg-type]
+    observer = _SentAway()
+    forwarder = SessionForwarder(runtime, observer=observer)  # type: ignore[arg-type]
 
     async def requests() -> AsyncIterator[bytes]:
         yield agent_pb2.AgentMessage(hello=agent_pb2.Hello(node_id="n1")).SerializeToString()
@@ -314,5 +327,35 @@ async def test_new_sessions_wait_for_the_first_dial_of_a_leader(silent_leader: s
             listener("127.0.0.1:2", 5)
         assert await first is False
         assert await second is False  # then sent away: the leader it names is silent
+        assert observer.reasons == ["no_leader", "no_leader"]
+    finally:
+        await forwarder.close()
+
+
+class _SlowElection(_Election):
+    async def leader(self) -> _Leader:
+        await asyncio.sleep(1.0)  # etcd (or this replica's loop) loaded
+        return _Leader("", 0)
+
+
+@pytest.mark.timeout(30)
+async def test_a_new_session_waits_a_bounded_time_for_a_slow_link_attempt() -> None:
+    runtime = _ObservedRuntime("")
+    runtime.election = _SlowElection("")
+    observer = _SentAway()
+    forwarder = SessionForwarder(runtime, observer=observer)  # type: ignore[arg-type]
+
+    async def requests() -> AsyncIterator[bytes]:
+        yield agent_pb2.AgentMessage(hello=agent_pb2.Hello(node_id="n1")).SerializeToString()
+
+    try:
+        first = asyncio.create_task(forwarder.hold(requests(), _AgentStream()))  # type: ignore[arg-type]
+        await asyncio.sleep(0.05)
+        started = time.monotonic()
+        assert await forwarder.hold(requests(), _AgentStream()) is False  # type: ignore[arg-type]
+        assert time.monotonic() - started < 0.9  # not the whole read
+        assert observer.reasons == ["link_busy"]
+        assert await first is False
+        assert observer.reasons == ["link_busy", "no_leader"]
     finally:
         await forwarder.close()

@@ -397,6 +397,18 @@ async def one_run(args: argparse.Namespace, fan_in: bool, nodes: int, fault: str
                 state: _series(metrics, "lazarus_nodes", f'state="{state}"')
                 for state in ("suspect", "dead")
             }
+            # New Sessions the survivors answered NotLeader, by reason (whole run).
+            sent_away = {
+                reason: sum(
+                    _series(
+                        cluster.coordinator_metrics[i],
+                        "lazarus_forward_sessions_sent_away_total",
+                        f'reason="{reason}"',
+                    )
+                    for i in survivors
+                )
+                for reason in ("no_leader", "leader_gone", "link_busy")
+            }
         finally:
             for w in workers:
                 await w.stop()
@@ -477,6 +489,7 @@ async def one_run(args: argparse.Namespace, fan_in: bool, nodes: int, fault: str
         "ack_p99_after_ms": _percentile(window, 0.99),
         "longest_ack_silence_s": last_gap,
         "timeline_s": timeline,
+        "sessions_sent_away": sent_away,
     }
 
 

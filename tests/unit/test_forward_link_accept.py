@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import socket
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Coroutine, Iterator
 from typing import Any
 
 import grpc
@@ -244,6 +244,15 @@ def silent_leader() -> Iterator[str]:
         silent.close()
 
 
+async def _one_hello() -> AsyncIterator[bytes]:
+    yield agent_pb2.AgentMessage(hello=agent_pb2.Hello(node_id="n1")).SerializeToString()
+
+
+def _hold(forwarder: SessionForwarder) -> Coroutine[Any, Any, bool]:
+    """A new Session's ``hold``: one Hello, the agent's side recorded."""
+    return forwarder.hold(_one_hello(), _AgentStream())  # type: ignore[arg-type]
+
+
 class _SentAway(_NullObserver):
     """Counts the reasons new Sessions were sent away (the metric's labels)."""
 
@@ -282,15 +291,12 @@ async def test_new_sessions_do_not_queue_behind_a_dial_the_election_then_abandon
     # It led (term 4, as the election names it) and its link broke 2 s ago.
     forwarder._policy.failed(address, 4, time.monotonic() - 2.0, accepted=True)
 
-    async def requests() -> AsyncIterator[bytes]:
-        yield agent_pb2.AgentMessage(hello=agent_pb2.Hello(node_id="n1")).SerializeToString()
-
     try:
         started = time.monotonic()
-        dialling = asyncio.create_task(forwarder.hold(requests(), _AgentStream()))  # type: ignore[arg-type]
+        dialling = asyncio.create_task(_hold(forwarder))
         await asyncio.sleep(0.05)
         assert not dialling.done()  # waiting on the silent leader
-        assert await forwarder.hold(requests(), _AgentStream()) is False  # type: ignore[arg-type]
+        assert await _hold(forwarder) is False
         assert not dialling.done()  # the second Session did not wait for the dial
         for listener in runtime.listeners:
             listener("127.0.0.1:2", 5)  # the next leader's key: the old one is gone
@@ -313,13 +319,10 @@ async def test_new_sessions_wait_for_the_first_dial_of_a_leader(silent_leader: s
     observer = _SentAway()
     forwarder = SessionForwarder(runtime, observer=observer)  # type: ignore[arg-type]
 
-    async def requests() -> AsyncIterator[bytes]:
-        yield agent_pb2.AgentMessage(hello=agent_pb2.Hello(node_id="n1")).SerializeToString()
-
     try:
-        first = asyncio.create_task(forwarder.hold(requests(), _AgentStream()))  # type: ignore[arg-type]
+        first = asyncio.create_task(_hold(forwarder))
         await asyncio.sleep(0.05)
-        second = asyncio.create_task(forwarder.hold(requests(), _AgentStream()))  # type: ignore[arg-type]
+        second = asyncio.create_task(_hold(forwarder))
         await asyncio.sleep(0.1)
         assert not first.done()
         assert not second.done()  # queued behind the first dial
@@ -345,14 +348,11 @@ async def test_a_new_session_waits_a_bounded_time_for_a_slow_link_attempt() -> N
     observer = _SentAway()
     forwarder = SessionForwarder(runtime, observer=observer)  # type: ignore[arg-type]
 
-    async def requests() -> AsyncIterator[bytes]:
-        yield agent_pb2.AgentMessage(hello=agent_pb2.Hello(node_id="n1")).SerializeToString()
-
     try:
-        first = asyncio.create_task(forwarder.hold(requests(), _AgentStream()))  # type: ignore[arg-type]
+        first = asyncio.create_task(_hold(forwarder))
         await asyncio.sleep(0.05)
         started = time.monotonic()
-        assert await forwarder.hold(requests(), _AgentStream()) is False  # type: ignore[arg-type]
+        assert await _hold(forwarder) is False
         assert time.monotonic() - started < 0.9  # not the whole read
         assert observer.reasons == ["link_busy"]
         assert await first is False

@@ -878,12 +878,6 @@ default ``fence_lead_s``): the Reattach schedule plans with it."""
 RELINK_INTERVAL_S = 0.1
 """How often a follower with detached Sessions looks for a leader to carry them to."""
 
-NEW_SESSION_LINK_WAIT_S = 0.25
-"""How long a new Session waits for a link attempt already in progress (election
-read, dial, accept) before its agent is sent away with NotLeader (back in
-``NOT_LEADER_RETRY_AFTER_MS``): long enough for a first dial of a live leader,
-short enough that agents redialling after a leader crash do not queue."""
-
 
 def interregnum_settings(
     heartbeat_interval_s: float, fence_after_s: float, dead_after_s: float, lease_ttl_s: float
@@ -1218,13 +1212,13 @@ class SessionForwarder:
         """The link a new Session is forwarded over, or None (the agent gets NotLeader).
 
         One attempt serves every new Session (single flight): while one is in
-        progress, a new Session waits for its outcome (at most
-        :data:`NEW_SESSION_LINK_WAIT_S`) instead of queueing for
+        progress, a new Session waits for its outcome instead of queueing for
         an election read and dial of its own (with a thousand agents
         redialling after a leader crash, those queued reads held their
-        NotLeader for seconds: ``bench/fanin_failover_bench.py``); and it does not
-        wait at all on the redial of a leader whose link broke
-        (``LinkPolicy.went``).
+        NotLeader for seconds: ``bench/fanin_failover_bench.py``). How long it
+        waits is ``LinkPolicy.session_wait_s``: not at all on the redial of a
+        leader whose link broke, 0.25 s after a leader change, up to 2.5 s
+        before this replica's first link (start-up).
         """
         link = self._link
         if link is not None and not link.closed:
@@ -1234,14 +1228,15 @@ class SessionForwarder:
             link = await self._current_link()
         else:
             dialling = self._dialling
-            if dialling is not None and self._policy.went(dialling[0], dialling[1]):
+            wait_s = self._policy.session_wait_s(dialling[:2] if dialling is not None else None)
+            if wait_s <= 0:
                 # A crashed leader's key outlives it: its redial can take up to
                 # LINK_CONNECT_TIMEOUT_S. NotLeader now; the agent is back in
                 # NOT_LEADER_RETRY_AFTER_MS.
                 self._observer.sessions_sent_away("leader_gone")
                 return None
             try:
-                await asyncio.wait_for(asyncio.shield(attempt), NEW_SESSION_LINK_WAIT_S)
+                await asyncio.wait_for(asyncio.shield(attempt), wait_s)
             except TimeoutError:  # a slow election read (etcd or this loop loaded)
                 self._observer.sessions_sent_away("link_busy")
                 return None
@@ -1306,6 +1301,7 @@ class SessionForwarder:
             link.fail("the leader did not accept the Forward stream")
             return None
         self._link = link
+        self._policy.linked()
         _log.info("forwarding Sessions to the leader at %s (term %d)", link.address, link.term)
         return link
 

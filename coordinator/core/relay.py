@@ -102,6 +102,16 @@ class RelaySettings:
             one whose fence is further away (an interregnum ack moved it)
             waits, so the next leader's first seconds go to the agents
             closest to fencing (the crashed leader's own, which redial).
+        new_session_wait_s: how long a new Session waits for a link attempt
+            already in progress (election read, dial, accept) once this
+            replica has had a link: after a leader change the fleet redials
+            at once, and an agent sent away (NotLeader, back in 0.2 s) is
+            served sooner than one queued behind a slow read or dial.
+        first_link_wait_s: the wait instead while this replica never had a
+            link (start-up): the leader is alive and answers, only the
+            replica may be slow (a loaded host); sending agents away then
+            spills them onto the leader, which fan-in exists to spare. At
+            least one attempt's bound (election read, dial, accept).
     """
 
     reattach_rate_per_s: float = 500.0
@@ -110,6 +120,8 @@ class RelaySettings:
     refused_retry_s: float = 0.2
     fence_after_ack_s: float | None = None
     reattach_lead_s: float = 2.0
+    new_session_wait_s: float = 0.25
+    first_link_wait_s: float = 2.5
 
     def __post_init__(self) -> None:
         for name in (
@@ -117,6 +129,8 @@ class RelaySettings:
             "reattach_hello_timeout_s",
             "failed_leader_hold_off_s",
             "refused_retry_s",
+            "new_session_wait_s",
+            "first_link_wait_s",
         ):
             value = getattr(self, name)
             if not (math.isfinite(value) and value > 0):
@@ -151,6 +165,33 @@ class LinkPolicy:
         self._settings = settings if settings is not None else RelaySettings()
         # address, term, held off until, and whether that leader never accepted the link
         self._failed: tuple[str, int, float, bool] | None = None
+        self._ever_linked = False
+
+    def linked(self) -> None:
+        """A leader accepted this replica's link (see :meth:`session_wait_s`)."""
+        self._ever_linked = True
+
+    def session_wait_s(self, dialling: tuple[str, int] | None) -> float:
+        """How long a new Session waits for the link attempt in progress (0: not at all).
+
+        Args:
+            dialling: the leader (address, term) that attempt is dialling; None
+                while it reads the election or waits for the leader to accept.
+
+        Returns:
+            0 when the attempt redials a leader that :meth:`went` (a crashed
+            leader's key outlives it: its agent is sent away at once);
+            ``first_link_wait_s`` while this replica never had a link
+            (start-up: agents stay on the replica they dialled instead of
+            spilling onto the leader when this host is slow);
+            ``new_session_wait_s`` otherwise (a leader change: the fleet
+            redials at once, and NotLeader serves it sooner than a queue).
+            Seconds; the shell answers NotLeader when the attempt outlasts it.
+        """
+        if dialling is not None and self.went(*dialling):
+            return 0.0
+        settings = self._settings
+        return settings.new_session_wait_s if self._ever_linked else settings.first_link_wait_s
 
     def failed(self, address: str, term: int, now_s: float, *, accepted: bool = True) -> None:
         """The link to the leader at ``address`` in ``term`` failed at ``now_s``.

@@ -204,6 +204,8 @@ async def test_a_new_session_is_sent_away_while_the_leader_takes_over_then_forwa
         holding = asyncio.create_task(forwarder.hold(requests(), _AgentStream()))  # type: ignore[arg-type]
         await asyncio.sleep(0.5)
         assert not holding.done()  # forwarded: held for as long as the leader serves it
+        # Linked once: from now on a new Session waits briefly for an attempt.
+        assert forwarder._policy.session_wait_s(None) == 0.25
         holding.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await holding
@@ -343,10 +345,13 @@ class _SlowElection(_Election):
 
 @pytest.mark.timeout(30)
 async def test_a_new_session_waits_a_bounded_time_for_a_slow_link_attempt() -> None:
+    """After a leader change (this replica had a link), a new Session waits at
+    most 0.25 s for an attempt in progress: the fleet redials at once."""
     runtime = _ObservedRuntime("")
     runtime.election = _SlowElection("")
     observer = _SentAway()
     forwarder = SessionForwarder(runtime, observer=observer)  # type: ignore[arg-type]
+    forwarder._policy.linked()  # it forwarded to a leader before
 
     try:
         first = asyncio.create_task(_hold(forwarder))
@@ -357,5 +362,28 @@ async def test_a_new_session_waits_a_bounded_time_for_a_slow_link_attempt() -> N
         assert observer.reasons == ["link_busy"]
         assert await first is False
         assert observer.reasons == ["link_busy", "no_leader"]
+    finally:
+        await forwarder.close()
+
+
+@pytest.mark.timeout(30)
+async def test_before_its_first_link_a_new_session_waits_out_a_slow_attempt() -> None:
+    """At start-up the leader is alive and only this replica is slow: a new
+    Session waits for the attempt (up to 2.5 s) instead of being sent away,
+    which would send its agent on to the leader (CI at 02fd09a: 20 agents on
+    the leader, 10 expected, in ``test_quick_leader_crash_keeps_the_followers_sessions``)."""
+    runtime = _ObservedRuntime("")
+    runtime.election = _SlowElection("")
+    observer = _SentAway()
+    forwarder = SessionForwarder(runtime, observer=observer)  # type: ignore[arg-type]
+
+    try:
+        first = asyncio.create_task(_hold(forwarder))
+        await asyncio.sleep(0.05)
+        started = time.monotonic()
+        assert await _hold(forwarder) is False  # the read found no leader
+        assert time.monotonic() - started >= 0.9  # it waited for the read
+        assert await first is False
+        assert observer.reasons == ["no_leader", "no_leader"]  # never link_busy
     finally:
         await forwarder.close()

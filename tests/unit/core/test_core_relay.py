@@ -309,6 +309,25 @@ def test_only_a_leader_that_led_on_the_last_failed_link_counts_as_gone() -> None
     assert not policy.went("new:1", 4)
 
 
+def test_a_new_session_waits_long_before_the_first_link_briefly_after_not_on_a_gone_one() -> None:
+    settings = RelaySettings(new_session_wait_s=0.25, first_link_wait_s=2.5)
+    policy = LinkPolicy(settings)
+    # Start-up: the leader is alive, only this host may be slow; NotLeader would
+    # send the agent on to the leader (CI at 02fd09a: 20 agents there, not 10).
+    assert policy.session_wait_s(None) == 2.5
+    assert policy.session_wait_s(("leader:1", 3)) == 2.5
+    policy.linked()
+    policy.failed("leader:1", 3, now_s=10.0, accepted=True)  # it led, then went
+    assert policy.session_wait_s(("leader:1", 3)) == 0.0  # its redial: not waited for
+    assert policy.session_wait_s(("next:1", 4)) == 0.25  # a leader change: briefly
+    assert policy.session_wait_s(None) == 0.25
+    # A replica that never linked waits long even while another leader went.
+    fresh = LinkPolicy(settings)
+    fresh.failed("leader:1", 3, now_s=10.0, accepted=True)
+    assert fresh.session_wait_s(("leader:1", 3)) == 0.0
+    assert fresh.session_wait_s(("next:1", 4)) == 2.5
+
+
 def test_a_replica_links_to_itself_only_to_carry_its_sessions_while_it_leads() -> None:
     policy = LinkPolicy()
     assert _choose(policy, "me:1") is LinkChoice.OWN  # a new Session: served here directly
@@ -346,6 +365,8 @@ def test_an_open_link_is_outdated_by_any_change_of_leader_address_or_term() -> N
         "reattach_hello_timeout_s",
         "failed_leader_hold_off_s",
         "refused_retry_s",
+        "new_session_wait_s",
+        "first_link_wait_s",
     ],
 )
 def test_settings_refuse_non_positive_values(field: str) -> None:

@@ -1124,6 +1124,8 @@ class SessionForwarder:
         self._connecting = asyncio.Lock()
         # Done when the link attempt in progress (election read, dial, accept) ends.
         self._attempt: asyncio.Future[None] | None = None
+        # Why the last attempt made no link (LinkPolicy.retry_new_session_s).
+        self._why_unlinked = LinkChoice.NO_LEADER
         # The leader being dialled (address, term) and what aborts the dial once
         # the election shows another one (a crashed leader does not answer).
         self._dialling: tuple[str, int, asyncio.Event] | None = None
@@ -1218,36 +1220,46 @@ class SessionForwarder:
         NotLeader for seconds: ``bench/fanin_failover_bench.py``). How long it
         waits is ``LinkPolicy.session_wait_s``: not at all on the redial of a
         leader whose link broke, 0.25 s after a leader change, up to 2.5 s
-        before this replica's first link (start-up).
+        before this replica's first link (start-up), during which attempts
+        that find the named leader not ready are repeated every 0.2 s
+        (``LinkPolicy.retry_new_session_s``).
         """
-        link = self._link
-        if link is not None and not link.closed:
-            return link
-        attempt = self._attempt
-        if attempt is None:
-            link = await self._current_link()
-        else:
-            dialling = self._dialling
-            wait_s = self._policy.session_wait_s(dialling[:2] if dialling is not None else None)
-            if wait_s <= 0:
-                # A crashed leader's key outlives it: its redial can take up to
-                # LINK_CONNECT_TIMEOUT_S. NotLeader now; the agent is back in
-                # NOT_LEADER_RETRY_AFTER_MS.
-                self._observer.sessions_sent_away("leader_gone")
-                return None
-            try:
-                await asyncio.wait_for(asyncio.shield(attempt), wait_s)
-            except TimeoutError:  # a slow election read (etcd or this loop loaded)
-                self._observer.sessions_sent_away("link_busy")
-                return None
+        policy = self._policy
+        started = time.monotonic()
+        while True:
             link = self._link
-        if link is None or link.closed:
-            self._observer.sessions_sent_away("no_leader")
-            return None
-        return link
+            if link is not None and not link.closed:
+                return link
+            attempt = self._attempt
+            if attempt is None:
+                link = await self._current_link()
+            else:
+                dialling = self._dialling
+                wait_s = policy.session_wait_s(dialling[:2] if dialling is not None else None)
+                if wait_s <= 0:
+                    # A crashed leader's key outlives it: its redial can take up to
+                    # LINK_CONNECT_TIMEOUT_S. NotLeader now; the agent is back in
+                    # NOT_LEADER_RETRY_AFTER_MS.
+                    self._observer.sessions_sent_away("leader_gone")
+                    return None
+                left_s = max(0.0, wait_s - (time.monotonic() - started))
+                try:
+                    await asyncio.wait_for(asyncio.shield(attempt), left_s)
+                except TimeoutError:  # a slow election read (etcd or this loop loaded)
+                    self._observer.sessions_sent_away("link_busy")
+                    return None
+                link = self._link
+            if link is not None and not link.closed:
+                return link
+            retry_s = policy.retry_new_session_s(self._why_unlinked, time.monotonic() - started)
+            if retry_s is None:
+                self._observer.sessions_sent_away("no_leader")
+                return None
+            await asyncio.sleep(retry_s)  # start-up: the named leader is not ready yet
 
     async def _attempt_link(self, to_self: bool) -> _Link | None:
         """One attempt to open the link (under ``_connecting``): read, choose, dial, accept."""
+        self._why_unlinked = LinkChoice.RETRY_SOON  # unless the choice says otherwise
         try:
             read = await self._runtime.election.leader()
         except Exception as exc:  # etcd unreachable: no leader we can name
@@ -1265,6 +1277,7 @@ class SessionForwarder:
             now_s=time.monotonic(),
         )
         if choice is not LinkChoice.DIAL or leader is None:
+            self._why_unlinked = choice if choice is not LinkChoice.DIAL else LinkChoice.NO_LEADER
             return None  # none named, held off, or this replica
         address, term = leader
         channel = self._channels.get(address)

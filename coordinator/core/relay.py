@@ -108,10 +108,11 @@ class RelaySettings:
             at once, and an agent sent away (NotLeader, back in 0.2 s) is
             served sooner than one queued behind a slow read or dial.
         first_link_wait_s: the wait instead while this replica never had a
-            link (start-up): the leader is alive and answers, only the
-            replica may be slow (a loaded host); sending agents away then
-            spills them onto the leader, which fan-in exists to spare. At
-            least one attempt's bound (election read, dial, accept).
+            link (start-up): the leader is alive, only it or this replica
+            may be slow (finishing its takeover, a loaded host); sending
+            agents away then spills them onto the leader, which fan-in
+            exists to spare. Attempts that find the named leader not ready
+            are repeated within it (:meth:`LinkPolicy.retry_new_session_s`).
     """
 
     reattach_rate_per_s: float = 500.0
@@ -171,6 +172,32 @@ class LinkPolicy:
         """A leader accepted this replica's link (see :meth:`session_wait_s`)."""
         self._ever_linked = True
 
+    def retry_new_session_s(self, why: LinkChoice, waited_s: float) -> float | None:
+        """After an attempt made no link: when a waiting new Session tries again (None: never).
+
+        Args:
+            why: why the attempt made none: the policy's choice, or RETRY_SOON
+                when a leader was named but did not take the link (it refused,
+                did not answer in time, the election moved on while dialling,
+                or could not be read).
+            waited_s: how long the Session has waited so far, seconds.
+
+        Returns:
+            ``refused_retry_s`` while this replica never had a link, ``why`` is
+            RETRY_SOON and the next try starts within ``first_link_wait_s``:
+            at start-up the leader is alive but may be finishing its takeover
+            or slow on a loaded host, and an agent sent away would go on to
+            the leader. Otherwise None: the agent is sent away (NotLeader):
+            nobody is named, this replica is, or a leader change is under way
+            (the fleet redials at once; a queue would hold them longer).
+        """
+        if self._ever_linked or why is not LinkChoice.RETRY_SOON:
+            return None
+        settings = self._settings
+        if waited_s + settings.refused_retry_s > settings.first_link_wait_s:
+            return None
+        return settings.refused_retry_s
+
     def session_wait_s(self, dialling: tuple[str, int] | None) -> float:
         """How long a new Session waits for the link attempt in progress (0: not at all).
 
@@ -216,6 +243,8 @@ class LinkPolicy:
         )
         wait = settings.failed_leader_hold_off_s if led else settings.refused_retry_s
         self._failed = (address, term, now_s + wait, not led)
+        if accepted:
+            self._ever_linked = True
 
     def went(self, address: str, term: int) -> bool:
         """Whether the last link that failed was to this leader, and it had led on it.

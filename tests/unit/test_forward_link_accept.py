@@ -185,12 +185,14 @@ class _AgentStream:
 
 @pytest.mark.timeout(30)
 async def test_a_new_session_is_sent_away_while_the_leader_takes_over_then_forwarded() -> None:
-    """Named by the election but not leading yet: a new Session gets NotLeader
-    (``hold`` returns False) rather than a place in the paced Reattach queue;
-    once the leader accepts the link, the next one is forwarded directly."""
+    """After a leader change, the next leader named by the election but not
+    leading yet: a new Session gets NotLeader (``hold`` returns False) rather
+    than a place in the paced Reattach queue; once the leader accepts the
+    link, the next one is forwarded directly."""
     leader_runtime = _Runtime()
     server, address = await _server("current", leader_runtime)
     forwarder = SessionForwarder(_FollowerRuntime(address))  # type: ignore[arg-type]
+    forwarder._policy.failed("127.0.0.1:9", 3, time.monotonic(), accepted=True)  # the old one
     stop = asyncio.Event()
 
     async def requests() -> AsyncIterator[bytes]:
@@ -206,6 +208,41 @@ async def test_a_new_session_is_sent_away_while_the_leader_takes_over_then_forwa
         assert not holding.done()  # forwarded: held for as long as the leader serves it
         # Linked once: from now on a new Session waits briefly for an attempt.
         assert forwarder._policy.session_wait_s(None) == 0.25
+        holding.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await holding
+    finally:
+        stop.set()
+        await forwarder.close()
+        await server.stop(None)
+
+
+@pytest.mark.timeout(30)
+async def test_at_start_up_a_new_session_waits_for_the_leader_to_finish_taking_over() -> None:
+    """Start-up (this replica never linked): the leader refuses the link until
+    it leads; the new Session waits (attempts every 0.2 s) and is forwarded,
+    instead of being sent away to dial the leader itself (CI at 02fd09a: 20
+    agents on the leader where 10 belong)."""
+    leader_runtime = _Runtime()
+    server, address = await _server("current", leader_runtime)
+    observer = _SentAway()
+    forwarder = SessionForwarder(_FollowerRuntime(address), observer=observer)  # type: ignore[arg-type]
+    stop = asyncio.Event()
+
+    async def requests() -> AsyncIterator[bytes]:
+        yield agent_pb2.AgentMessage(hello=agent_pb2.Hello(node_id="n1")).SerializeToString()
+        await stop.wait()
+
+    try:
+        holding = asyncio.create_task(forwarder.hold(requests(), _AgentStream()))  # type: ignore[arg-type]
+        await asyncio.sleep(0.6)
+        assert not holding.done()  # refused so far, still waiting
+        leader_runtime.leading = True
+        await asyncio.sleep(1.0)
+        assert not holding.done()  # forwarded: held for as long as the leader serves it
+        assert observer.reasons == []
+        assert forwarder._link is not None
+        assert not forwarder._link.closed
         holding.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await holding
@@ -313,15 +350,17 @@ async def test_new_sessions_do_not_queue_behind_a_dial_the_election_then_abandon
 
 @pytest.mark.timeout(30)
 async def test_new_sessions_wait_for_the_first_dial_of_a_leader(silent_leader: str) -> None:
-    """A leader never linked before is usually alive (start-up, a new election): a
-    new Session waits for that dial, so its agent stays on the replica it dialled
-    instead of spilling over to the leader."""
+    """A leader never linked before is usually alive (start-up): a new Session
+    waits for that dial, and for the attempts after it while the leader named
+    does not take the link, so its agent stays on the replica it dialled
+    instead of spilling over to the leader; it is sent away once 2.5 s pass."""
     address = silent_leader
     runtime = _ObservedRuntime(address)
     observer = _SentAway()
     forwarder = SessionForwarder(runtime, observer=observer)  # type: ignore[arg-type]
 
     try:
+        started = time.monotonic()
         first = asyncio.create_task(_hold(forwarder))
         await asyncio.sleep(0.05)
         second = asyncio.create_task(_hold(forwarder))
@@ -329,10 +368,15 @@ async def test_new_sessions_wait_for_the_first_dial_of_a_leader(silent_leader: s
         assert not first.done()
         assert not second.done()  # queued behind the first dial
         for listener in runtime.listeners:
-            listener("127.0.0.1:2", 5)
+            listener("127.0.0.1:2", 5)  # the next leader: nothing answers there either
+        await asyncio.sleep(0.5)
+        assert not first.done()  # the dial was abandoned; the next attempts are waited for
+        assert not second.done()
         assert await first is False
-        assert await second is False  # then sent away: the leader it names is silent
-        assert observer.reasons == ["no_leader", "no_leader"]
+        assert await second is False  # then sent away: no leader named took the link
+        assert 2.0 <= time.monotonic() - started <= 4.0
+        assert len(observer.reasons) == 2
+        assert set(observer.reasons) <= {"no_leader", "link_busy"}
     finally:
         await forwarder.close()
 

@@ -321,11 +321,27 @@ def test_a_new_session_waits_long_before_the_first_link_briefly_after_not_on_a_g
     assert policy.session_wait_s(("leader:1", 3)) == 0.0  # its redial: not waited for
     assert policy.session_wait_s(("next:1", 4)) == 0.25  # a leader change: briefly
     assert policy.session_wait_s(None) == 0.25
-    # A replica that never linked waits long even while another leader went.
+    # A link that broke was a link: a refusal was not.
     fresh = LinkPolicy(settings)
+    fresh.failed("leader:1", 3, now_s=10.0, accepted=False)
+    assert fresh.session_wait_s(("leader:1", 3)) == 2.5
     fresh.failed("leader:1", 3, now_s=10.0, accepted=True)
-    assert fresh.session_wait_s(("leader:1", 3)) == 0.0
-    assert fresh.session_wait_s(("next:1", 4)) == 2.5
+    assert fresh.session_wait_s(("next:1", 4)) == 0.25
+
+
+def test_before_the_first_link_a_new_session_tries_again_while_the_leader_is_not_ready() -> None:
+    settings = RelaySettings(refused_retry_s=0.2, first_link_wait_s=2.5)
+    policy = LinkPolicy(settings)
+    # Named, but refused or did not answer (taking over, a loaded host): again in 0.2 s.
+    assert policy.retry_new_session_s(LinkChoice.RETRY_SOON, 0.0) == 0.2
+    assert policy.retry_new_session_s(LinkChoice.RETRY_SOON, 2.29) == 0.2
+    assert policy.retry_new_session_s(LinkChoice.RETRY_SOON, 2.31) is None  # past 2.5 s
+    # Nobody named, or this replica: nothing to wait for.
+    assert policy.retry_new_session_s(LinkChoice.NO_LEADER, 0.0) is None
+    assert policy.retry_new_session_s(LinkChoice.OWN, 0.0) is None
+    # Once linked, a leader change: the agent is sent away at once.
+    policy.linked()
+    assert policy.retry_new_session_s(LinkChoice.RETRY_SOON, 0.0) is None
 
 
 def test_a_replica_links_to_itself_only_to_carry_its_sessions_while_it_leads() -> None:

@@ -183,6 +183,22 @@ class _AgentStream:
         raise AssertionError(f"the Session was ended: {code} {details}")
 
 
+def _open_session(forwarder: SessionForwarder, stop: asyncio.Event) -> asyncio.Task[bool]:
+    """A new Session whose agent says Hello, then keeps its stream open until ``stop``."""
+
+    async def requests() -> AsyncIterator[bytes]:
+        yield agent_pb2.AgentMessage(hello=agent_pb2.Hello(node_id="n1")).SerializeToString()
+        await stop.wait()
+
+    return asyncio.create_task(forwarder.hold(requests(), _AgentStream()))  # type: ignore[arg-type]
+
+
+async def _cancel(task: asyncio.Task[bool]) -> None:
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError, Exception):
+        await task
+
+
 @pytest.mark.timeout(30)
 async def test_a_new_session_is_sent_away_while_the_leader_takes_over_then_forwarded() -> None:
     """After a leader change, the next leader named by the election but not
@@ -195,22 +211,16 @@ async def test_a_new_session_is_sent_away_while_the_leader_takes_over_then_forwa
     forwarder._policy.failed("127.0.0.1:9", 3, time.monotonic(), accepted=True)  # the old one
     stop = asyncio.Event()
 
-    async def requests() -> AsyncIterator[bytes]:
-        yield agent_pb2.AgentMessage(hello=agent_pb2.Hello(node_id="n1")).SerializeToString()
-        await stop.wait()
-
     try:
-        assert await forwarder.hold(requests(), _AgentStream()) is False  # type: ignore[arg-type]
+        assert await _open_session(forwarder, stop) is False
         leader_runtime.leading = True
         await asyncio.sleep(0.25)  # the refusal's retry hold-off (0.2 s)
-        holding = asyncio.create_task(forwarder.hold(requests(), _AgentStream()))  # type: ignore[arg-type]
+        holding = _open_session(forwarder, stop)
         await asyncio.sleep(0.5)
         assert not holding.done()  # forwarded: held for as long as the leader serves it
         # Linked once: from now on a new Session waits briefly for an attempt.
         assert forwarder._policy.session_wait_s(None) == 0.25
-        holding.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await holding
+        await _cancel(holding)
     finally:
         stop.set()
         await forwarder.close()
@@ -229,12 +239,8 @@ async def test_at_start_up_a_new_session_waits_for_the_leader_to_finish_taking_o
     forwarder = SessionForwarder(_FollowerRuntime(address), observer=observer)  # type: ignore[arg-type]
     stop = asyncio.Event()
 
-    async def requests() -> AsyncIterator[bytes]:
-        yield agent_pb2.AgentMessage(hello=agent_pb2.Hello(node_id="n1")).SerializeToString()
-        await stop.wait()
-
     try:
-        holding = asyncio.create_task(forwarder.hold(requests(), _AgentStream()))  # type: ignore[arg-type]
+        holding = _open_session(forwarder, stop)
         await asyncio.sleep(0.6)
         assert not holding.done()  # refused so far, still waiting
         leader_runtime.leading = True
@@ -243,9 +249,7 @@ async def test_at_start_up_a_new_session_waits_for_the_leader_to_finish_taking_o
         assert observer.reasons == []
         assert forwarder._link is not None
         assert not forwarder._link.closed
-        holding.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await holding
+        await _cancel(holding)
     finally:
         stop.set()
         await forwarder.close()

@@ -193,6 +193,23 @@ def _open_session(forwarder: SessionForwarder, stop: asyncio.Event) -> asyncio.T
     return asyncio.create_task(forwarder.hold(requests(), _AgentStream()))  # type: ignore[arg-type]
 
 
+@contextlib.asynccontextmanager
+async def _follower_of_a_leader(
+    observer: _NullObserver,
+) -> AsyncIterator[tuple[_Runtime, SessionForwarder, asyncio.Event]]:
+    """A leader not leading yet (set ``leading``), a follower that names it, and ``stop``."""
+    leader_runtime = _Runtime()
+    server, address = await _server("current", leader_runtime)
+    forwarder = SessionForwarder(_FollowerRuntime(address), observer=observer)  # type: ignore[arg-type]
+    stop = asyncio.Event()
+    try:
+        yield leader_runtime, forwarder, stop
+    finally:
+        stop.set()
+        await forwarder.close()
+        await server.stop(None)
+
+
 async def _cancel(task: asyncio.Task[bool]) -> None:
     task.cancel()
     with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -205,13 +222,8 @@ async def test_a_new_session_is_sent_away_while_the_leader_takes_over_then_forwa
     leading yet: a new Session gets NotLeader (``hold`` returns False) rather
     than a place in the paced Reattach queue; once the leader accepts the
     link, the next one is forwarded directly."""
-    leader_runtime = _Runtime()
-    server, address = await _server("current", leader_runtime)
-    forwarder = SessionForwarder(_FollowerRuntime(address))  # type: ignore[arg-type]
-    forwarder._policy.failed("127.0.0.1:9", 3, time.monotonic(), accepted=True)  # the old one
-    stop = asyncio.Event()
-
-    try:
+    async with _follower_of_a_leader(_NullObserver()) as (leader_runtime, forwarder, stop):
+        forwarder._policy.failed("127.0.0.1:9", 3, time.monotonic(), accepted=True)  # the old one
         assert await _open_session(forwarder, stop) is False
         leader_runtime.leading = True
         await asyncio.sleep(0.25)  # the refusal's retry hold-off (0.2 s)
@@ -221,10 +233,6 @@ async def test_a_new_session_is_sent_away_while_the_leader_takes_over_then_forwa
         # Linked once: from now on a new Session waits briefly for an attempt.
         assert forwarder._policy.session_wait_s(None) == 0.25
         await _cancel(holding)
-    finally:
-        stop.set()
-        await forwarder.close()
-        await server.stop(None)
 
 
 @pytest.mark.timeout(30)
@@ -233,13 +241,8 @@ async def test_at_start_up_a_new_session_waits_for_the_leader_to_finish_taking_o
     it leads; the new Session waits (attempts every 0.2 s) and is forwarded,
     instead of being sent away to dial the leader itself (CI at 02fd09a: 20
     agents on the leader where 10 belong)."""
-    leader_runtime = _Runtime()
-    server, address = await _server("current", leader_runtime)
     observer = _SentAway()
-    forwarder = SessionForwarder(_FollowerRuntime(address), observer=observer)  # type: ignore[arg-type]
-    stop = asyncio.Event()
-
-    try:
+    async with _follower_of_a_leader(observer) as (leader_runtime, forwarder, stop):
         holding = _open_session(forwarder, stop)
         await asyncio.sleep(0.6)
         assert not holding.done()  # refused so far, still waiting
@@ -250,10 +253,6 @@ async def test_at_start_up_a_new_session_waits_for_the_leader_to_finish_taking_o
         assert forwarder._link is not None
         assert not forwarder._link.closed
         await _cancel(holding)
-    finally:
-        stop.set()
-        await forwarder.close()
-        await server.stop(None)
 
 
 @pytest.mark.timeout(30)

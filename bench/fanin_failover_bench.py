@@ -57,7 +57,7 @@ from _report import RESULTS_DIR, measured_commit, today, write_json, write_secti
 from heartbeat_bench import WorkerProcess
 
 from lazarus.v1 import agent_pb2, records_pb2
-from lazarus_dev.devcluster import LocalCluster
+from lazarus_dev.devcluster import LocalCluster, json_log_entries
 
 RESULTS = RESULTS_DIR / "fanin-failover.json"
 FAULTS = {
@@ -530,21 +530,11 @@ def failover_timeline(logs: list[Path], killed_at: float, until: float) -> dict[
     shows is absent.
     """
     first: dict[str, float] = {}
-    for path in logs:
-        with contextlib.suppress(OSError):
-            for line in path.read_text(errors="replace").splitlines():
-                if not line.startswith("{"):
-                    continue
-                try:
-                    entry = json.loads(line)
-                except ValueError:
-                    continue
-                ts, msg = entry.get("ts"), str(entry.get("msg", ""))
-                if not isinstance(ts, (int, float)) or not killed_at <= ts <= until:
-                    continue
-                for needle, name in TIMELINE.items():
-                    if msg.startswith(needle):
-                        first[name] = min(first.get(name, math.inf), ts - killed_at)
+    for ts, entry, _ in json_log_entries(logs, since=killed_at, until=until):
+        msg = str(entry.get("msg", ""))
+        for needle, name in TIMELINE.items():
+            if msg.startswith(needle):
+                first[name] = min(first.get(name, math.inf), ts - killed_at)
     return {name: round(first[name], 3) for name in TIMELINE.values() if name in first}
 
 

@@ -24,12 +24,14 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
+import json
+import math
 import os
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,7 +43,7 @@ from lazarus.tls import ClientTls, Identity, IdentityKind, init_ca, issue
 from lazarus.v1 import coordinator_pb2, coordinator_pb2_grpc, records_pb2
 from lazarus_dev.localservers import EtcdCluster, EtcdServer, RedisServer, free_loopback_ports
 
-__all__ = ["ChildProcess", "ClusterApi", "DevCertificates", "LocalCluster"]
+__all__ = ["ChildProcess", "ClusterApi", "DevCertificates", "LocalCluster", "json_log_entries"]
 
 LAZARUS_BIN = str(Path(sys.executable).parent / "lazarus")
 """The ``lazarus`` script next to this interpreter."""
@@ -55,6 +57,38 @@ def _kill_leftovers() -> None:
 
 
 atexit.register(_kill_leftovers)
+
+
+def json_log_entries(
+    paths: Iterable[Path],
+    *,
+    since: float = -math.inf,
+    until: float = math.inf,
+    needle: str = "",
+) -> Iterator[tuple[float, dict[str, Any], Path]]:
+    """The JSON log lines of the cluster's children (``ChildProcess.log_path``), file by file.
+
+    Yields ``(ts, entry, path)`` for each line that contains ``needle`` (checked
+    on the raw line, before parsing), parses as a JSON object and has a numeric
+    ``ts`` (unix seconds) with ``since <= ts <= until``. A file that cannot be
+    read, and any other line (a traceback, a half-written last line), is
+    skipped.
+    """
+    for path in paths:
+        try:
+            text = path.read_text(errors="replace")
+        except OSError:
+            continue
+        for line in text.splitlines():
+            if needle not in line or not line.startswith("{"):
+                continue
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                continue
+            ts = entry.get("ts") if isinstance(entry, dict) else None
+            if isinstance(ts, (int, float)) and since <= ts <= until:
+                yield float(ts), entry, path
 
 
 @dataclass(eq=False)

@@ -66,7 +66,7 @@ from rich.table import Table
 
 from lazarus.v1 import records_pb2
 from lazarus_dev.chaos import Fault, FaultKind, make_schedule, schedule_lines
-from lazarus_dev.devcluster import ChildProcess, LocalCluster
+from lazarus_dev.devcluster import ChildProcess, LocalCluster, json_log_entries
 from lazarus_dev.drill_invariants import ViolationKind, check, pauses, read_sink
 from lazarus_dev.localservers import EtcdCluster, free_loopback_ports
 from lazarus_dev.netns import Namespace, namespaces_available
@@ -312,61 +312,37 @@ def make_drill_cluster(
 def _events(cluster: LocalCluster, since: float) -> list[tuple[float, str, dict[str, str]]]:
     seen: set[tuple[str, str]] = set()
     out = []
-    for child in cluster.coordinators:
-        with contextlib.suppress(OSError):
-            for line in child.log_path.read_text(errors="replace").splitlines():
-                try:
-                    rec = json.loads(line)
-                except json.JSONDecodeError:
-                    continue
-                ts = float(rec.get("ts", 0))
-                if ts < since:
-                    continue
-                m = _EVENT.search(str(rec.get("msg", "")))
-                if not m:
-                    continue
-                key = (m.group(2), m.group(3))
-                if key in seen:  # the same event logged by two leaders' replays
-                    continue
-                seen.add(key)
-                fields = {k: v.strip("'") for k, v in _FIELD.findall(m.group(3))}
-                out.append((ts, m.group(2), fields))
+    logs = (child.log_path for child in cluster.coordinators)
+    for ts, rec, _ in json_log_entries(logs, since=since):
+        m = _EVENT.search(str(rec.get("msg", "")))
+        if not m:
+            continue
+        key = (m.group(2), m.group(3))
+        if key in seen:  # the same event logged by two leaders' replays
+            continue
+        seen.add(key)
+        fields = {k: v.strip("'") for k, v in _FIELD.findall(m.group(3))}
+        out.append((ts, m.group(2), fields))
     return sorted(out, key=lambda e: e[0])
 
 
 def _leaderships(cluster: LocalCluster, since: float) -> list[tuple[float, str]]:
     """(ts, member) each time a replica started leading, from the coordinators' logs."""
-    out = []
-    for child in cluster.coordinators:
-        with contextlib.suppress(OSError):
-            for line in child.log_path.read_text(errors="replace").splitlines():
-                if '"leading: term=' not in line:
-                    continue
-                with contextlib.suppress(json.JSONDecodeError, ValueError):
-                    ts = float(json.loads(line)["ts"])
-                    if ts >= since:
-                        out.append((ts, child.name))
-    return sorted(out)
+    by_log = {child.log_path: child.name for child in cluster.coordinators}
+    return sorted(
+        (ts, by_log[path])
+        for ts, _, path in json_log_entries(by_log, since=since, needle='"leading: term=')
+    )
 
 
 def _reconciles(cluster: LocalCluster, since: float) -> list[tuple[float, str, bool, float]]:
     """(ts, session id, converged, seconds) of every ``reconcile … completed`` log line."""
     out: dict[str, tuple[float, str, bool, float]] = {}
-    for child in cluster.coordinators:
-        with contextlib.suppress(OSError):
-            for line in child.log_path.read_text(errors="replace").splitlines():
-                if "completed: converged=" not in line:
-                    continue
-                try:
-                    rec = json.loads(line)
-                    ts = float(rec.get("ts", 0))
-                except (json.JSONDecodeError, ValueError):
-                    continue
-                m = _RECONCILED.search(str(rec.get("msg", "")))
-                if m and ts >= since:
-                    out.setdefault(
-                        m.group(1), (ts, m.group(1), m.group(2) == "True", float(m.group(3)))
-                    )
+    logs = (child.log_path for child in cluster.coordinators)
+    for ts, rec, _ in json_log_entries(logs, since=since, needle="completed: converged="):
+        m = _RECONCILED.search(str(rec.get("msg", "")))
+        if m:
+            out.setdefault(m.group(1), (ts, m.group(1), m.group(2) == "True", float(m.group(3))))
     return sorted(out.values())
 
 
@@ -940,15 +916,10 @@ class _Drill:
 
     def _reshipped(self, since: float) -> dict[str, int]:
         """Per agent: re-ships to Redis from its local store acknowledged since ``since``."""
+        by_log = {agent.log_path: agent.name for agent in self.cluster.agents}
         counts: dict[str, int] = {}
-        for agent in self.cluster.agents:
-            with contextlib.suppress(OSError):
-                for line in agent.log_path.read_text(errors="replace").splitlines():
-                    if "re-shipped checkpoint" not in line:
-                        continue
-                    with contextlib.suppress(json.JSONDecodeError, ValueError):
-                        if float(json.loads(line).get("ts", 0)) >= since:
-                            counts[agent.name] = counts.get(agent.name, 0) + 1
+        for _, _, path in json_log_entries(by_log, since=since, needle="re-shipped checkpoint"):
+            counts[by_log[path]] = counts.get(by_log[path], 0) + 1
         return counts
 
     async def _duplicate_identity(self, r: DrillResult) -> None:

@@ -51,6 +51,7 @@ Purity: no clock, no IO, randomness only from ``random.Random(seed)``
 from __future__ import annotations
 
 import heapq
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
@@ -70,6 +71,21 @@ from coordinator.core.fanin import (
     ReadElection,
     SessionEnded,
     safe_lease_deadline,
+)
+from coordinator.core.relay import (
+    UNAVAILABLE,
+    Carry,
+    LinkChoice,
+    LinkPolicy,
+    RelaySettings,
+    Route,
+    SessionRelay,
+    digest_eligible,
+    leader_end_detaches,
+    link_accepted,
+    link_led,
+    link_outdated,
+    newest_leader,
 )
 from node_agent import core as agent_core
 from node_agent.core import AgentCore, SessionState
@@ -98,6 +114,18 @@ FAULT_KINDS = (
 """Every fault the safety phase draws from (uniformly)."""
 
 ETCD = "etcd"
+
+# The shell's constants (``coordinator.forwarding``; not imported: it is IO code).
+LINK_CONNECT_TIMEOUT_S = 0.5
+"""A dial, then the leader's accept, each answered within this or not at all."""
+LEADERSHIP_CHECK_S = 0.2
+"""A leader that stops leading ends its Forward streams within this (its watchdog)."""
+RELINK_INTERVAL_S = 0.1
+"""The reattach loop's period while it has no leader to carry Sessions to."""
+ELECTION_READ_TIMEOUT_S = 1.0
+"""A link attempt's election read that takes longer failed."""
+CANCELLED = 1
+FAILED_PRECONDITION = 9
 
 
 class SimulationFailure(AssertionError):
@@ -138,6 +166,13 @@ class FanInConfig:
         leader_grace_s: a new leader's grace; None: ``dead_after_s + new_leader_floor_s``.
         script: (time, fault kind) pairs run instead of random faults when not empty.
         max_down_s: a crashed process or a partition lasts up to this long.
+        relay: followers carry Sessions as ``coordinator.forwarding`` does (the
+            real ``SessionRelay`` and ``LinkPolicy``, a link per follower,
+            ``FollowerCore(forward=False)`` for rule (b) only); False: the
+            core's own forwarding (``ForwardBatch``/``BatchConfirmed``).
+        reattach_rate_per_s: the relay's Reattach pace. The shell's 500/s over
+            333 Sessions per follower (1,000 nodes) takes as long as 4/s over
+            this fleet's 2 or 3: scaled so pacing and deferral matter.
     """
 
     settings: FanInSettings = field(default_factory=FanInSettings)
@@ -162,6 +197,8 @@ class FanInConfig:
     leader_grace_s: float | None = None
     script: tuple[tuple[float, str], ...] = ()
     max_down_s: float = 10.0
+    relay: bool = False
+    reattach_rate_per_s: float = 4.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,6 +212,7 @@ class FanInReport:
     fences: int
     elections: int
     faults: dict[str, int]
+    relay: dict[str, int] = field(default_factory=dict)
 
 
 # ---------------------------------------------------------------------------
@@ -230,6 +268,51 @@ class _Leading:
     last_heard: dict[str, float] = field(default_factory=dict)
 
 
+@dataclass(slots=True, eq=False)
+class _Link:
+    """A follower's Forward stream to a leader (both ends' state; each end touches its own)."""
+
+    link_id: int
+    follower: str
+    leader: str
+    term: int
+    said_accepted: bool | None = None  # the leader's answer: accepted, refused, not in time
+    decided: bool = False  # the follower took its accept decision
+    replied: bool = False  # a reply came through (``link_led``)
+    closed: bool = False  # the follower's end failed it
+    last_ack_s: float | None = None
+    next_sid: int = 0
+    sessions: dict[str, _Held] = field(default_factory=dict)  # follower: forwarded id -> held
+    served: dict[str, tuple[str, bool]] = field(default_factory=dict)  # leader: id -> (node, hello)
+
+
+@dataclass(slots=True, eq=False)
+class _Held:
+    """One agent Session a follower carries (``coordinator.forwarding._Held``)."""
+
+    stream: str
+    node_id: str
+    link: _Link | None = None
+    fsid: str = ""
+    acked_at: float | None = None
+    extended: bool = False
+    ikey: tuple[str, str] | None = None  # its FollowerCore key while rule (b) may ack it
+    term: int = 0
+    arrived: dict[int, float] = field(default_factory=dict)
+
+
+@dataclass(slots=True, eq=False)
+class _Attempt:
+    """One link attempt in progress (election read, dial, accept)."""
+
+    to_self: bool
+    dialling: tuple[str, int] | None = None
+    connecting: bool = False
+    done: bool = False
+    finish: Callable[[], None] = lambda: None
+    waiters: list[Callable[[], None]] = field(default_factory=list)
+
+
 @dataclass(slots=True)
 class _Replica:
     replica_id: str
@@ -244,6 +327,19 @@ class _Replica:
     leading: _Leading | None = None
     sessions: dict[str, str] = field(default_factory=dict)  # session id -> node id
     read_revision: int = -1  # newest etcd revision this replica's role followed
+    # relay mode (the shell's SessionForwarder and ForwardService)
+    relay: SessionRelay[str] | None = None
+    policy: LinkPolicy | None = None
+    link: _Link | None = None
+    attempt: _Attempt | None = None
+    why_unlinked: LinkChoice = LinkChoice.NO_LEADER
+    observed: tuple[str, int] | None = None
+    held: dict[str, _Held] = field(default_factory=dict)  # agent stream -> carried Session
+    by_ikey: dict[tuple[str, str], _Held] = field(default_factory=dict)
+    direct: dict[str, str] = field(default_factory=dict)  # leader-served stream -> node id
+    opening: set[str] = field(default_factory=set)  # streams waiting for a link (``hold``)
+    reattaching: bool = False
+    links_in: dict[int, _Link] = field(default_factory=dict)  # leader: accepted links
 
 
 @dataclass(slots=True)
@@ -287,6 +383,15 @@ class FanInSimulation:
         self._elections = 0
         self._faults: dict[str, int] = {}
         self._next_session = 0
+        self._next_link = 0
+        self._open_links: dict[int, _Link] = {}
+        self._relay_counts: dict[str, int] = {}
+        self._relay_settings = RelaySettings(
+            reattach_rate_per_s=self.config.reattach_rate_per_s,
+            fence_after_ack_s=self.settings.heartbeat_interval_s
+            + self.settings.fence_after_s
+            - self.config.fence_lead_s,
+        )
         self._grace_s = (
             self.config.leader_grace_s
             if self.config.leader_grace_s is not None
@@ -337,6 +442,7 @@ class FanInSimulation:
             fences=self._fences,
             elections=self._elections,
             faults=dict(sorted(self._faults.items())),
+            relay=dict(sorted(self._relay_counts.items())),
         )
 
     def _at(self, when: float, action: Callable[[], None]) -> None:
@@ -425,7 +531,15 @@ class FanInSimulation:
     def _start_replica(self, replica: _Replica) -> None:
         replica.alive = True
         replica.gen += 1
-        replica.core = FollowerCore(self.settings)
+        replica.core = FollowerCore(self.settings, forward=not self.config.relay)
+        if self.config.relay:
+            replica.relay = SessionRelay(self._relay_settings)
+            replica.policy = LinkPolicy(self._relay_settings)
+        replica.link = replica.attempt = replica.observed = None
+        replica.why_unlinked = LinkChoice.NO_LEADER
+        replica.held, replica.by_ikey, replica.direct = {}, {}, {}
+        replica.opening, replica.links_in = set(), {}
+        replica.reattaching = False
         replica.lease_id = replica.term = None
         replica.safe_deadline_s = float("-inf")
         replica.campaigning = False
@@ -520,6 +634,8 @@ class FanInSimulation:
         self._campaign(replica)
 
     def _step_down(self, replica: _Replica) -> None:
+        if replica.leading is not None and self.config.relay:
+            self._relay_stop_leading(replica)
         replica.leading = None
 
     def _authority(self, replica: _Replica) -> bool:
@@ -540,7 +656,10 @@ class FanInSimulation:
             elif isinstance(command, ForwardBatch):
                 self._forward(replica, command)
             elif isinstance(command, Ack):
-                self._ack(replica, command)
+                if self.config.relay:
+                    self._relay_interregnum_ack(replica, command)
+                else:
+                    self._ack(replica, command)
 
     def _step(self, replica: _Replica, event: fanin.Event) -> None:
         if replica.core is not None:
@@ -561,6 +680,8 @@ class FanInSimulation:
             if revision >= replica.read_revision:
                 replica.read_revision = revision
                 self._observe_election(replica, term)
+                if self.config.relay and term is not None:
+                    self._leader_observed(replica, leader_id, term)
             self._step(
                 replica, ElectionObserved(read_id, revision, term, leader_id, self._rlocal(replica))
             )
@@ -677,6 +798,9 @@ class FanInSimulation:
     ) -> None:
         if not (replica.alive and replica.gen == gen):
             return
+        if self.config.relay:
+            self._relay_receive(replica, node_id, session_id, seq, kind)
+            return
         if kind is EntryKind.HELLO:
             replica.sessions[session_id] = node_id
         elif replica.sessions.get(session_id) != node_id:
@@ -688,6 +812,10 @@ class FanInSimulation:
     def _replica_session_ended(
         self, replica: _Replica, gen: int, node_id: str, session_id: str
     ) -> None:
+        if self.config.relay:
+            if replica.alive and replica.gen == gen:
+                self._relay_stream_ended(replica, session_id)
+            return
         if (
             replica.alive
             and replica.gen == gen
@@ -702,6 +830,8 @@ class FanInSimulation:
         replica.gen += 1
         replica.leading = None
         replica.core = None
+        if self.config.relay:
+            self._relay_crash(replica)
         for node in self.nodes.values():
             if node.session is not None and node.session[0] == replica.replica_id:
                 session = node.session
@@ -725,6 +855,685 @@ class FanInSimulation:
             self.now + 0.3,
             lambda: self._campaign(replica) if replica.alive and replica.gen == gen else None,
         )
+
+    # ------------------------------------------------------------ relay mode
+    #
+    # The shell's SessionForwarder (follower) and ForwardService (leader) as
+    # events: every decision is the real relay's or link policy's.
+
+    def _count(self, what: str) -> None:
+        self._relay_counts[what] = self._relay_counts.get(what, 0) + 1
+
+    def _send_stream(self, src: str, dst: str, deliver: Callable[[], None]) -> None:
+        """A message on an established link (TCP): a partition delays it until it heals.
+
+        The shell sets no gRPC keepalive: a cut-off link neither breaks nor
+        loses what was written; it stalls, then delivers (in the sim's order).
+        """
+        cfg = self.config
+        if self.rng.random() < cfg.spike_probability:
+            delay = self.rng.uniform(cfg.max_latency_s, cfg.max_spike_s)
+        else:
+            delay = self.rng.uniform(0.0005, cfg.max_latency_s)
+
+        def arrive() -> None:
+            if self._up(src, dst):
+                deliver()
+            else:
+                self._at(self.now + 0.1, arrive)
+
+        self._at(self.now + delay, arrive)
+
+    def _to_agent(
+        self,
+        replica: _Replica,
+        stream: str,
+        node_id: str,
+        message: agent_records.CoordinatorMessage,
+    ) -> None:
+        node = self.nodes[node_id]
+        session = (replica.replica_id, stream)
+        self._send(replica.replica_id, node_id, lambda: self._node_receive(node, session, message))
+
+    def _end_agent_stream(self, replica: _Replica, stream: str, node_id: str) -> None:
+        """The replica ends the agent's stream (a status): the agent sees it broken."""
+        node = self.nodes[node_id]
+        session = (replica.replica_id, stream)
+        self._send(replica.replica_id, node_id, lambda: self._node_stream_broke(node, session))
+
+    def _welcome(self, term: int, leader_id: str, session_id: str) -> agent_records.Welcome:
+        s = self.settings
+        return agent_records.Welcome(
+            term=term,
+            leader_id=leader_id,
+            session_id=session_id,
+            heartbeat_interval_ms=round(s.heartbeat_interval_s * 1000),
+            fence_after_ms=round(s.fence_after_s * 1000),
+            dead_after_ms=round(s.dead_after_s * 1000),
+        )
+
+    def _leader_step(self, replica: _Replica, node_id: str, kind: EntryKind) -> bool | None:
+        """The leader steps a Hello or heartbeat at its arrival: None without authority,
+        False when refused (a heartbeat of a node declared DEAD), else True."""
+        if not self._authority(replica) or replica.leading is None:
+            return None
+        if kind is EntryKind.HEARTBEAT and node_id in self._dead:
+            return False
+        replica.leading.last_heard[node_id] = self._rlocal(replica)
+        if kind is EntryKind.HELLO:
+            self._dead.pop(node_id, None)
+        return True
+
+    # -- an agent's stream at a replica (AgentSessionService.Session)
+
+    def _relay_receive(
+        self, replica: _Replica, node_id: str, stream: str, seq: int, kind: EntryKind
+    ) -> None:
+        if stream in replica.direct:
+            self._direct_message(replica, stream, node_id, seq, kind)
+        elif stream in replica.held:
+            self._carried_message(replica, replica.held[stream], seq, kind)
+        elif kind is EntryKind.HELLO and stream not in replica.opening:
+            if replica.leading is not None:  # runtime.leading: served here
+                replica.direct[stream] = node_id
+                self._count("direct_sessions")
+                self._direct_message(replica, stream, node_id, seq, kind)
+            else:
+                self._new_session(replica, node_id, stream)
+
+    def _direct_message(
+        self, replica: _Replica, stream: str, node_id: str, seq: int, kind: EntryKind
+    ) -> None:
+        if self._leader_step(replica, node_id, kind) is not True or replica.leading is None:
+            return
+        term = replica.leading.term
+        if kind is EntryKind.HELLO:
+            message: agent_records.CoordinatorMessage = self._welcome(
+                term, replica.replica_id, stream
+            )
+        else:
+            message = agent_records.HeartbeatAck(seq, term)
+            self._acks[AckBasis.CONFIRMED.value] += 1
+        self._to_agent(replica, stream, node_id, message)
+
+    def _relay_stream_ended(self, replica: _Replica, stream: str) -> None:
+        """The agent's stream ended (``SessionForwarder.hold``'s finally)."""
+        replica.direct.pop(stream, None)
+        replica.opening.discard(stream)
+        held = replica.held.pop(stream, None)
+        if held is None:
+            return
+        assert replica.relay is not None
+        replica.relay.released(stream)
+        self._interregnum_ended(replica, held)
+        self._forget(replica, held)
+
+    def _forget(self, replica: _Replica, held: _Held) -> None:
+        """End ``held``'s forwarded Session at the leader (``_Link.forget``)."""
+        link, fsid = held.link, held.fsid
+        if link is None or not fsid:
+            return
+        link.sessions.pop(fsid, None)
+        held.link, held.fsid = None, ""
+        if not link.closed:
+            self._link_entry(replica, link, fsid, "end", 0)
+
+    def _relay_end(self, replica: _Replica, held: _Held) -> None:
+        """The follower ends a held Session with UNAVAILABLE (``SessionForwarder._end``)."""
+        replica.held.pop(held.stream, None)
+        assert replica.relay is not None
+        replica.relay.released(held.stream)
+        self._interregnum_ended(replica, held)
+        self._forget(replica, held)
+        self._end_agent_stream(replica, held.stream, held.node_id)
+
+    # -- a new Session at a follower (hold, _link_for_new_session)
+
+    def _new_session(self, replica: _Replica, node_id: str, stream: str) -> None:
+        policy = replica.policy
+        assert policy is not None
+        replica.opening.add(stream)
+        gen = replica.gen
+        started = self._rlocal(replica)
+        node = self.nodes[node_id]
+
+        def gone() -> bool:
+            return (
+                not (replica.alive and replica.gen == gen)
+                or stream not in replica.opening
+                or node.session != (replica.replica_id, stream)
+            )
+
+        def not_leader() -> None:
+            replica.opening.discard(stream)
+            self._count("not_leader")
+            self._to_agent(replica, stream, node_id, agent_records.NotLeader())
+
+        def loop() -> None:
+            if gone():
+                return
+            link = replica.link
+            if link is not None and not link.closed:
+                admit(link)
+                return
+            attempt = replica.attempt
+            if attempt is None:
+                self._current_link(replica, False, after)
+                return
+            wait_s = policy.session_wait_s(attempt.dialling)
+            if wait_s <= 0:
+                not_leader()
+                return
+            left_s = max(0.0, wait_s - (self._rlocal(replica) - started))
+            fired = [False]
+
+            def outcome() -> None:
+                if not fired[0]:
+                    fired[0] = True
+                    after()
+
+            def timeout() -> None:
+                if not fired[0] and not gone():
+                    fired[0] = True
+                    not_leader()
+
+            attempt.waiters.append(outcome)
+            self._at(self.now + replica.clock.real_after(left_s), timeout)
+
+        def after() -> None:
+            if gone():
+                return
+            link = replica.link
+            if link is not None and not link.closed:
+                admit(link)
+                return
+            retry_s = policy.retry_new_session_s(
+                replica.why_unlinked, self._rlocal(replica) - started
+            )
+            if retry_s is None:
+                not_leader()
+                return
+            self._at(self.now + replica.clock.real_after(retry_s), loop)
+
+        def admit(link: _Link) -> None:
+            assert replica.relay is not None
+            replica.opening.discard(stream)
+            held = _Held(stream, node_id)
+            replica.held[stream] = held
+            replica.relay.held(stream)
+            self._open(link, held)
+            self._count("carried_sessions")
+            self._carried_message(replica, held, 0, EntryKind.HELLO)
+
+        loop()
+
+    # -- links (_current_link, _attempt_link)
+
+    def _current_link(self, replica: _Replica, to_self: bool, done: Callable[[], None]) -> None:
+        """Call ``done`` once the open link is there or an attempt for one ended."""
+        link = replica.link
+        if link is not None and not link.closed:
+            done()
+            return
+        attempt = replica.attempt
+        if attempt is not None:  # the lock: wait for it, then look again
+            attempt.waiters.append(lambda: self._current_link(replica, to_self, done))
+            return
+        self._attempt_link(replica, to_self).waiters.append(done)
+
+    def _attempt_link(self, replica: _Replica, to_self: bool) -> _Attempt:
+        policy = replica.policy
+        assert policy is not None
+        attempt = _Attempt(to_self)
+        replica.attempt = attempt
+        replica.why_unlinked = LinkChoice.RETRY_SOON
+        gen = replica.gen
+        rid = replica.replica_id
+
+        def finish() -> None:
+            if attempt.done:
+                return
+            attempt.done = True
+            if replica.attempt is attempt:
+                replica.attempt = None
+            for waiter in attempt.waiters:
+                waiter()
+
+        def live() -> bool:
+            return replica.alive and replica.gen == gen and not attempt.done
+
+        def at_etcd() -> None:
+            term, leader_id = self.etcd.lowest()
+            self._send(ETCD, rid, lambda: read(term, leader_id))
+
+        def read(term: int | None, leader_id: str) -> None:
+            if not live() or attempt.connecting or attempt.dialling is not None:
+                return
+            leader = newest_leader(
+                (leader_id, term) if term is not None else None, replica.observed
+            )
+            choice = policy.choose(
+                leader[0] if leader is not None else "",
+                leader[1] if leader is not None else 0,
+                rid,
+                leading=replica.leading is not None,
+                to_self=to_self,
+                now_s=self._rlocal(replica),
+            )
+            if choice is not LinkChoice.DIAL or leader is None:
+                replica.why_unlinked = (
+                    choice if choice is not LinkChoice.DIAL else LinkChoice.NO_LEADER
+                )
+                finish()
+                return
+            dial(leader)
+
+        def read_timeout() -> None:
+            if live() and attempt.dialling is None:
+                finish()  # etcd cut off or slow: no leader we can name
+
+        def dial(leader: tuple[str, int]) -> None:
+            address, term = leader
+            attempt.dialling = leader
+            attempt.connecting = True
+            target = self.replicas[address]
+
+            def at_target() -> None:
+                if target.alive:  # the process answers the connection
+                    self._send(address, rid, connected)
+
+            def connected() -> None:
+                if live() and attempt.connecting:
+                    attempt.connecting = False
+                    attempt.dialling = None
+                    self._open_link(replica, address, term, finish)
+
+            def connect_timeout() -> None:
+                if live() and attempt.connecting:
+                    attempt.connecting = False
+                    attempt.dialling = None
+                    policy.failed(address, term, self._rlocal(replica), accepted=False)
+                    finish()
+
+            self._send(rid, address, at_target)
+            self._at(self.now + replica.clock.real_after(LINK_CONNECT_TIMEOUT_S), connect_timeout)
+
+        attempt.finish = finish
+        self._send(rid, ETCD, at_etcd)
+        self._at(self.now + replica.clock.real_after(ELECTION_READ_TIMEOUT_S), read_timeout)
+        return attempt
+
+    def _open_link(
+        self, replica: _Replica, address: str, term: int, finish: Callable[[], None]
+    ) -> None:
+        """Open the Forward stream and wait for the leader's answer (``_Link.accept``)."""
+        policy = replica.policy
+        assert policy is not None
+        self._next_link += 1
+        rid = replica.replica_id
+        link = _Link(self._next_link, rid, address, term)
+        self._open_links[link.link_id] = link
+        target = self.replicas[address]
+        tgen = target.gen
+        gen = replica.gen
+
+        def at_target() -> None:
+            if not (target.alive and target.gen == tgen):
+                return  # that process is gone: its crash breaks the stream
+            if target.leading is None:  # ForwardService: only a leader accepts
+                self._send_stream(address, rid, lambda: answer(False))
+                return
+            target.links_in[link.link_id] = link
+            self._send_stream(address, rid, lambda: answer(True))
+
+        def answer(accepted: bool) -> None:
+            if not (replica.alive and replica.gen == gen) or link.closed:
+                return
+            if not link.decided:
+                link.said_accepted = accepted
+                decide(ended=not accepted)
+            elif not accepted:  # accepted by silence, refused after all
+                self._link_fail(replica, link)
+
+        def decide(ended: bool) -> None:
+            link.decided = True
+            if not link_accepted(link.said_accepted, ended):
+                self._link_fail(replica, link)
+            else:
+                replica.link = link
+                policy.linked()
+                self._count("links")
+            finish()
+
+        def accept_timeout() -> None:
+            if replica.alive and replica.gen == gen and not link.decided and not link.closed:
+                self._count("accepted_by_silence")
+                decide(ended=False)
+
+        self._send_stream(rid, address, at_target)
+        self._at(self.now + replica.clock.real_after(LINK_CONNECT_TIMEOUT_S), accept_timeout)
+
+    def _link_fail(self, replica: _Replica, link: _Link) -> None:
+        """The follower's end of a link failed: its Sessions are detached (``_Link.fail``)."""
+        if link.closed:
+            return
+        link.closed = True
+        self._open_links.pop(link.link_id, None)
+        if replica.link is link:
+            replica.link = None
+        assert replica.policy is not None
+        replica.policy.failed(
+            link.leader,
+            link.term,
+            self._rlocal(replica),
+            accepted=link_led(link.said_accepted, link.replied),
+        )
+        self._count("link_failures")
+        sessions, link.sessions = link.sessions, {}
+        for fsid in sorted(sessions):
+            held = sessions[fsid]
+            held.link, held.fsid = None, ""
+            self._detach(replica, held)
+        leader = self.replicas[link.leader]
+        lgen = leader.gen
+
+        def cancelled() -> None:  # the leader's end of the stream sees it cancelled
+            if leader.gen == lgen:
+                leader.links_in.pop(link.link_id, None)
+
+        self._send_stream(replica.replica_id, link.leader, cancelled)
+
+    def _link_broke(self, replica: _Replica, gen: int, link: _Link) -> None:
+        if replica.alive and replica.gen == gen:
+            self._link_fail(replica, link)
+
+    def _open(self, link: _Link, held: _Held) -> None:
+        """Carry ``held`` on ``link`` from now on (``_Link.open``)."""
+        link.next_sid += 1
+        fsid = f"f{link.next_sid}"
+        link.sessions[fsid] = held
+        held.link, held.fsid = link, fsid
+
+    def _detach(self, replica: _Replica, held: _Held) -> None:
+        if held.stream not in replica.held or replica.relay is None:
+            return
+        replica.relay.detach(held.stream, held.acked_at, deferrable=held.extended)
+        self._count("detached")
+        self._wake_reattacher(replica)
+
+    def _leader_observed(self, replica: _Replica, leader_id: str, term: int) -> None:
+        """The election watch showed a leader (``SessionForwarder._leader_observed``)."""
+        replica.observed = (leader_id, term)
+        attempt = replica.attempt
+        if (
+            attempt is not None
+            and attempt.connecting
+            and attempt.dialling is not None
+            and link_outdated(*attempt.dialling, leader_id, term)
+        ):
+            attempt.connecting = False
+            attempt.dialling = None
+            attempt.finish()
+        link = replica.link
+        if (
+            link is not None
+            and not link.closed
+            and link_outdated(link.leader, link.term, leader_id, term)
+        ):
+            self._count("link_outdated")
+            self._link_fail(replica, link)
+
+    # -- an agent's message on a carried Session (_pump)
+
+    def _carried_message(self, replica: _Replica, held: _Held, seq: int, kind: EntryKind) -> None:
+        relay = replica.relay
+        assert relay is not None
+        if kind is EntryKind.HEARTBEAT:
+            self._interregnum_heartbeat(replica, held, seq)  # arrived, linked or not
+        link = held.link
+        route = relay.route(
+            held.stream,
+            hello=kind is EntryKind.HELLO,
+            link_open=link is not None and not link.closed,
+            attached=link is not None and bool(held.fsid),
+        )
+        if route is Route.DETACH:
+            self._count("hello_detached")
+            self._wake_reattacher(replica)
+            return
+        if route is Route.DROP or link is None:
+            return
+        if route is Route.OPEN:
+            self._open(link, held)
+            self._count("reattach_hellos")
+        self._relay_forward(replica, held, link, seq, kind)
+
+    def _relay_forward(
+        self, replica: _Replica, held: _Held, link: _Link, seq: int, kind: EntryKind
+    ) -> None:
+        """Put the agent's message on its link (to the leader)."""
+        self._link_entry(replica, link, held.fsid, kind.value, seq, held.node_id)
+
+    def _link_entry(
+        self, replica: _Replica, link: _Link, fsid: str, what: str, seq: int, node_id: str = ""
+    ) -> None:
+        leader = self.replicas[link.leader]
+        lgen = leader.gen
+        fgen = replica.gen
+
+        def reply(message: agent_records.CoordinatorMessage | int) -> None:
+            self._send_stream(
+                leader.replica_id,
+                replica.replica_id,
+                lambda: self._link_reply(replica, fgen, link, fsid, message),
+            )
+
+        def at_leader() -> None:
+            if not (leader.alive and leader.gen == lgen) or link.link_id not in leader.links_in:
+                return
+            if what == "end":
+                link.served.pop(fsid, None)
+                return
+            if what == EntryKind.HELLO.value:
+                link.served[fsid] = (node_id, True)
+                if self._leader_step(leader, node_id, EntryKind.HELLO) and leader.leading:
+                    reply(self._welcome(leader.leading.term, leader.replica_id, fsid))
+                return
+            served = link.served.get(fsid)
+            if served is None or not digest_eligible(0, served[1], False):
+                # The Session servicer: a Session's first message must be a Hello.
+                link.served.pop(fsid, None)
+                reply(FAILED_PRECONDITION)
+                return
+            if self._leader_step(leader, served[0], EntryKind.HEARTBEAT) and leader.leading:
+                reply(agent_records.HeartbeatAck(seq, leader.leading.term))
+
+        self._send_stream(replica.replica_id, link.leader, at_leader)
+
+    def _link_reply(
+        self,
+        replica: _Replica,
+        gen: int,
+        link: _Link,
+        fsid: str,
+        message: agent_records.CoordinatorMessage | int,
+    ) -> None:
+        """What the leader wrote for a forwarded Session (``_Link._route``); an int ends it."""
+        if not (replica.alive and replica.gen == gen) or link.closed:
+            return
+        link.replied = True
+        held = link.sessions.get(fsid)
+        if held is None:
+            return  # the agent already went
+        if isinstance(message, int):
+            del link.sessions[fsid]
+            held.link, held.fsid = None, ""
+            if leader_end_detaches(message):
+                self._count("leader_end_detached")
+                self._detach(replica, held)
+            else:
+                self._count("leader_ended")
+                self._relay_end(replica, held)
+            return
+        if isinstance(message, agent_records.HeartbeatAck):
+            now = self._rlocal(replica)
+            link.last_ack_s = now
+            held.acked_at = now
+            held.extended = False
+            self._acks[AckBasis.CONFIRMED.value] += 1
+        elif isinstance(message, agent_records.Welcome):
+            self._interregnum_welcomed(replica, held, message)
+        self._to_agent(replica, held.stream, held.node_id, message)
+
+    # -- the leader stops (runtime: channels closed UNAVAILABLE; ForwardService watchdog)
+
+    def _relay_stop_leading(self, replica: _Replica) -> None:
+        for stream, node_id in sorted(replica.direct.items()):
+            self._end_agent_stream(replica, stream, node_id)
+        replica.direct = {}
+        links, replica.links_in = replica.links_in, {}
+        for link_id in sorted(links):
+            link = links[link_id]
+            follower = self.replicas[link.follower]
+            fgen = follower.gen
+            for fsid in sorted(link.served):
+                self._send_stream(
+                    replica.replica_id,
+                    link.follower,
+                    partial(self._link_reply, follower, fgen, link, fsid, UNAVAILABLE),
+                )
+            link.served = {}
+            self._at(
+                self.now + self.rng.uniform(0.0, LEADERSHIP_CHECK_S),
+                partial(
+                    self._send_stream,
+                    replica.replica_id,
+                    link.follower,
+                    partial(self._link_broke, follower, fgen, link),
+                ),
+            )
+
+    def _relay_crash(self, replica: _Replica) -> None:
+        rid = replica.replica_id
+        for link_id in sorted(self._open_links):
+            link = self._open_links[link_id]
+            if link.follower == rid:
+                link.closed = True  # its leader's end sees the stream cancelled
+            elif link.leader == rid:
+                follower = self.replicas[link.follower]
+                self._at(
+                    self.now + self.rng.uniform(0.02, 1.0),
+                    partial(self._link_broke, follower, follower.gen, link),
+                )
+        for link_id in [i for i, link in self._open_links.items() if link.follower == rid]:
+            del self._open_links[link_id]
+        replica.links_in, replica.held, replica.by_ikey, replica.direct = {}, {}, {}, {}
+        replica.opening = set()
+        replica.link = replica.attempt = None
+        replica.reattaching = False
+
+    # -- the reattach loop (SessionForwarder._reattach)
+
+    def _wake_reattacher(self, replica: _Replica) -> None:
+        if replica.reattaching:
+            return
+        replica.reattaching = True
+        self._at(self.now, partial(self._reattach_step, replica, replica.gen))
+
+    def _reattach_step(self, replica: _Replica, gen: int) -> None:
+        relay = replica.relay
+        if not (replica.alive and replica.gen == gen) or relay is None:
+            return
+        if not relay.pending:
+            replica.reattaching = False
+            return
+
+        def again(wait_s: float) -> None:
+            self._at(
+                self.now + replica.clock.real_after(wait_s),
+                partial(self._reattach_step, replica, gen),
+            )
+
+        for stream in relay.expired(self._rlocal(replica)):
+            held = replica.held.get(stream)
+            if held is not None:
+                self._count("expired")
+                self._relay_end(replica, held)
+        if not relay.detached:
+            again(RELINK_INTERVAL_S)
+            return
+
+        def linked() -> None:
+            if not (replica.alive and replica.gen == gen):
+                return
+            link = replica.link
+            if link is None or link.closed:
+                again(RELINK_INTERVAL_S)
+                return
+            now = self._rlocal(replica)
+            for stream in relay.reattach(now):
+                held = replica.held[stream]
+                held.link = link
+                self._count("reattached")
+                self._to_agent(replica, stream, held.node_id, agent_records.Reattach(link.term))
+            wait_s = relay.next_reattach_s() - self._rlocal(replica)
+            again(min(RELINK_INTERVAL_S, max(0.001, wait_s)))
+
+        self._current_link(replica, True, linked)
+
+    # -- rule (b) in a follower (_Interregnum)
+
+    def _interregnum_welcomed(
+        self, replica: _Replica, held: _Held, welcome: agent_records.Welcome
+    ) -> None:
+        self._interregnum_ended(replica, held)
+        held.term = welcome.term
+        held.arrived.clear()
+        if not self.settings.covers(
+            welcome.heartbeat_interval_ms / 1000.0,
+            welcome.fence_after_ms / 1000.0,
+            welcome.dead_after_ms / 1000.0,
+        ):
+            return
+        link_id = held.link.link_id if held.link is not None else 0
+        key = (held.stream, f"{link_id}/{welcome.session_id}")
+        held.ikey = key
+        replica.by_ikey[key] = held
+
+    def _interregnum_ended(self, replica: _Replica, held: _Held) -> None:
+        key, held.ikey = held.ikey, None
+        if key is not None and replica.by_ikey.pop(key, None) is not None:
+            self._step(replica, SessionEnded(key[0], key[1], self._rlocal(replica)))
+
+    def _interregnum_heartbeat(self, replica: _Replica, held: _Held, seq: int) -> None:
+        key = held.ikey
+        if key is None:
+            return
+        now = self._rlocal(replica)
+        held.arrived[seq] = now
+        while len(held.arrived) > self.settings.max_pending_per_session:
+            held.arrived.pop(next(iter(held.arrived)))
+        self._step(replica, HeartbeatReceived(key[0], key[1], seq, now))
+
+    def _relay_interregnum_ack(self, replica: _Replica, ack: Ack) -> None:
+        if ack.basis is not AckBasis.INTERREGNUM:
+            return
+        held = replica.by_ikey.get((ack.node_id, ack.session_id))
+        if held is None:
+            return
+        self._acks[AckBasis.INTERREGNUM.value] += 1
+        self._to_agent(
+            replica, held.stream, held.node_id, agent_records.HeartbeatAck(ack.seq, held.term)
+        )
+        arrived = held.arrived.get(ack.seq)
+        if arrived is None:
+            return
+        held.acked_at = max(held.acked_at if held.acked_at is not None else -math.inf, arrived)
+        held.extended = True
+        relay = replica.relay
+        if relay is not None and relay.state(held.stream) is Carry.DETACHED:
+            relay.detach(held.stream, held.acked_at, deferrable=True)
+            self._count("deferred")
 
     # ------------------------------------------------------------ nodes
 
@@ -832,6 +1641,27 @@ class FanInSimulation:
                         session_id,
                         seq,
                         EntryKind.HEARTBEAT,
+                    ),
+                )
+            elif isinstance(command, agent_core.Send) and isinstance(
+                command.message, agent_records.Hello
+            ):
+                # After a Reattach: a Hello again on the same stream (relay mode).
+                if node.session is None:
+                    continue
+                rid, session_id = node.session
+                replica = self.replicas[rid]
+                self._send(
+                    node.node_id,
+                    rid,
+                    partial(
+                        self._replica_receive,
+                        replica,
+                        replica.gen,
+                        node.node_id,
+                        session_id,
+                        0,
+                        EntryKind.HELLO,
                     ),
                 )
             elif isinstance(command, agent_core.CloseSession):

@@ -23,6 +23,28 @@ proof uses:
   new_leader_floor_s`` (``leader_grace_s``), then a node is DEAD after
   ``dead_after_s`` of silence (the first tick at or after it).
 
+Relay mode (``FanInConfig.relay``): replicas carry Sessions as the shell
+(``coordinator.forwarding``) does, with the REAL pure
+``coordinator.core.relay``: a replica that leads serves its Sessions itself; a
+follower holds each agent stream in a ``SessionRelay`` and forwards its
+messages (``route()``) over its one link to the leader that ``LinkPolicy``
+chose (an election read, ``newest_leader``, ``choose``, a dial and the
+leader's accept, ``link_accepted``; a new Session waits ``session_wait_s`` /
+``retry_new_session_s`` for that attempt, else NotLeader and the agent
+redials). The leader steps what a link carries at its arrival, on its clock
+(``digest_eligible``: a Session must start with a Hello) and answers over the
+link; a leader that stops leading ends each forwarded Session UNAVAILABLE and
+its links within ``LEADERSHIP_CHECK_S``. A link fails when its leader crashes,
+stops leading or the election moves past it (``link_outdated``; ``failed``
+with ``link_led``); its Sessions are detached (``leader_end_detaches`` for a
+Session the leader ended), Reattached at the pace of ``reattach()`` /
+``next_reattach_s()`` once a leader answers (a follower that leads links to
+itself), opened at the new leader by the agent's next Hello, ended when
+``expired()``. Rule (b) runs as the shell runs it: ``FollowerCore(forward=False)``
+fed the heartbeats of Sessions whose Welcome it covers, its acks moving a
+detached Session to the deferred queue. A link's messages are not lost to a
+partition (TCP, no keepalive): they stall until it heals.
+
 Faults: partitions between every pair of kinds (node-replica,
 replica-replica, replica-etcd, which includes leader-etcd), replica crash and
 restart (the leader more often), leader resign, node crash and restart (a new
@@ -42,7 +64,14 @@ Not modelled (yet): tasks (only the fence is checked: the task layer above it
 is ``lazarus_dev.fleetsim``'s), process stalls, etcd as several members (one
 linearizable store; a read's answer reflects etcd when it handled it), the
 mass-failure guard, message duplication, Hello/Welcome reconciliation of held
-tasks, and the shell's admission control on reconnect storms.
+tasks, and the shell's admission control on reconnect storms. In relay mode:
+the election watch is the core's reads (at the fast interval, not slowed
+while the leader's acks come through: reads also drive the replicas' own
+roles here), liveness digests and their batch linger (each carried heartbeat
+is stepped alone at its arrival), a replaced Session at the leader (a second
+Hello of a node elsewhere), the outbound-queue limit, replicas with
+different timings (every Welcome is covered), and NotLeader's retry_after
+(the agent redials after its own 0.05-0.5 s).
 
 Purity: no clock, no IO, randomness only from ``random.Random(seed)``
 (``tests/unit/test_fanin_sim.py`` runs the purity checker on this module).

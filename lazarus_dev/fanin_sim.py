@@ -161,9 +161,9 @@ class SimulationFailure(AssertionError):
     """A checker found a broken invariant; the message starts with ``seed=<n>``."""
 
 
-def replay_command(seed: int) -> str:
-    """The shell command that replays ``seed``."""
-    return f"python -m lazarus_dev.fanin_sim --seed {seed}"
+def replay_command(seed: int, *, relay: bool = False) -> str:
+    """The shell command that replays ``seed`` (in relay mode with ``relay``)."""
+    return f"python -m lazarus_dev.fanin_sim --seed {seed}" + (" --relay" if relay else "")
 
 
 @dataclass(frozen=True, slots=True)
@@ -479,9 +479,8 @@ class FanInSimulation:
         heapq.heappush(self._queue, (when, self._order, action))
 
     def _fail(self, message: str) -> None:
-        raise SimulationFailure(
-            f"seed={self.seed} t={self.now:.4f}: {message}\nreplay: {replay_command(self.seed)}"
-        )
+        replay = replay_command(self.seed, relay=self.config.relay)
+        raise SimulationFailure(f"seed={self.seed} t={self.now:.4f}: {message}\nreplay: {replay}")
 
     def _new_clock(self) -> _Clock:
         d = self.config.clock_drift
@@ -1836,8 +1835,9 @@ def _main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Run the fan-in simulator for seeds.")
     parser.add_argument("--seed", type=int, default=0, help="first seed")
     parser.add_argument("--count", type=int, default=1, help="seeds to run")
+    parser.add_argument("--relay", action="store_true", help="Sessions carried by the relay")
     args = parser.parse_args(argv)
-    failures = sweep(range(args.seed, args.seed + args.count))
+    failures = sweep(range(args.seed, args.seed + args.count), FanInConfig(relay=args.relay))
     for message in failures:
         print(message)
     print(f"{args.count - len(failures)}/{args.count} seeds held")

@@ -509,6 +509,7 @@ def hello_to_event(session_id: str, msg: agent_pb2.Hello, now_s: float) -> ev.Se
         incarnation_secret_sha256=hashlib.sha256(secret).digest() if secret else b"",
         store_id=msg.store_id,
         store_previous_incarnation=msg.store_previous_incarnation,
+        hello_seq=msg.hello_seq,
     )
 
 
@@ -678,6 +679,7 @@ def directive_to_pb(
                 max_message_bytes=max_message_bytes,
                 max_payload_bytes=max_payload_bytes,
                 protocol_version=protocol_version,
+                hello_seq=directive.hello_seq,
             )
         )
     if isinstance(directive, d.HeartbeatAck):
@@ -774,6 +776,7 @@ def directive_from_pb(msg: agent_pb2.CoordinatorMessage) -> d.Directive:
             fence_after_s=w.fence_after_ms / 1000.0,
             dead_after_s=w.dead_after_ms / 1000.0,
             node_state=NodeState(w.node_state),
+            hello_seq=w.hello_seq,
         )
     if which == "heartbeat_ack":
         a = msg.heartbeat_ack

@@ -684,6 +684,17 @@ class NodeAgent:
                 extra={"lazarus": entry},
             )
             return
+        if kind == "stale_welcome":
+            self.metrics.stale_welcomes.inc()
+            _log.warning(
+                "ignored a Welcome from %r (term %d) answering Hello %d: the newest Hello is "
+                "%d; its fence is not moved, the newest Hello's Welcome is awaited",
+                f["leader"],
+                f["term"],
+                f["hello_seq"],
+                f["newest_hello_seq"],
+            )
+            return
         if kind == "task_paused":
             entry = {"event": "task_paused", "wall_ms": self._wall_ms(), **f}
             self.fence_log.append(entry)

@@ -247,6 +247,7 @@ def hello_to_pb(rec: r.Hello, base: agent_pb2.Hello | None = None) -> agent_pb2.
     hello.node_id = rec.node_id
     hello.incarnation = rec.incarnation
     hello.protocol_version = rec.protocol_version
+    hello.hello_seq = rec.hello_seq
     del hello.held_tasks[:]
     for held in rec.held_tasks:
         pb = hello.held_tasks.add(
@@ -331,6 +332,7 @@ def coordinator_message_from_pb(msg: agent_pb2.CoordinatorMessage) -> r.Coordina
             heartbeat_interval_ms=w.heartbeat_interval_ms,
             fence_after_ms=w.fence_after_ms,
             dead_after_ms=w.dead_after_ms,
+            hello_seq=w.hello_seq,
         )
     if body == "heartbeat_ack":
         return r.HeartbeatAck(seq=msg.heartbeat_ack.seq, term=msg.heartbeat_ack.term)

@@ -15,6 +15,8 @@ Series (base units; counters end in ``_total``):
 - ``lazarus_agent_tasks_running``: handlers running now;
 - ``lazarus_agent_tasks_finished_total{outcome}``: completed / failed / stopped;
 - ``lazarus_agent_fence_events_total``: self-fences (every task paused, no ack in time);
+- ``lazarus_agent_stale_welcomes_total``: Welcomes ignored because they answered
+  an earlier Hello than the newest (a late reply; the fence did not move);
 - ``lazarus_agent_session_reconnects_total``: Sessions opened after the first;
 - ``lazarus_agent_session_refusals_total``: Hellos the leader refused with
   FAILED_PRECONDITION (another live process holds this node id);
@@ -175,6 +177,11 @@ class AgentMetrics:
         )
         self.fence_events = Counter(
             "lazarus_agent_fence_events", "Self-fences: every task paused.", registry=r
+        )
+        self.stale_welcomes = Counter(
+            "lazarus_agent_stale_welcomes",
+            "Welcomes ignored: they answered an earlier Hello than the newest (a late reply).",
+            registry=r,
         )
         self.session_refusals = Counter(
             "lazarus_agent_session_refusals",

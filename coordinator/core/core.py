@@ -825,6 +825,7 @@ class CoordinatorCore:
                 fence_after_s=self._settings.fence_after_s,
                 dead_after_s=self._settings.dead_after_s,
                 node_state=record.state,
+                hello_seq=ev.hello_seq,
             ),
             out,
         )

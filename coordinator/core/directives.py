@@ -38,13 +38,18 @@ __all__ = [
 
 @dataclass(frozen=True, slots=True)
 class Welcome:
-    """Answer to Hello: the Session's parameters."""
+    """Answer to Hello: the Session's parameters.
+
+    ``hello_seq`` echoes the Hello's (``SessionOpened.hello_seq``): the agent
+    ignores a Welcome that does not answer its newest Hello.
+    """
 
     term: int
     heartbeat_interval_s: float
     fence_after_s: float
     dead_after_s: float
     node_state: NodeState
+    hello_seq: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -124,6 +124,8 @@ class SessionOpened:
     incarnation_secret_sha256: bytes = b""
     store_id: str = ""
     store_previous_incarnation: str = ""
+    hello_seq: int = 0
+    """The agent's count of its Hellos; the Welcome echoes it (0: not sent)."""
 
 
 @dataclass(frozen=True, slots=True)

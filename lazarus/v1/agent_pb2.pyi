@@ -124,7 +124,7 @@ class HeldTask(_message.Message):
     def __init__(self, task_id: _Optional[str] = ..., epoch: _Optional[int] = ..., attempt: _Optional[int] = ..., kind: _Optional[str] = ..., status: _Optional[_Union[HeldTaskStatus, str]] = ..., checkpoint: _Optional[_Union[_records_pb2.CheckpointSummary, _Mapping]] = ..., replicated_checkpoint_seq: _Optional[int] = ..., journal_seq: _Optional[int] = ..., replicated_journal_seq: _Optional[int] = ...) -> None: ...
 
 class Hello(_message.Message):
-    __slots__ = ("node_id", "incarnation", "address", "capacity", "labels", "held_tasks", "agent_version", "protocol_version", "started_at_unix_ms", "kinds", "incarnation_secret", "store_id", "store_previous_incarnation")
+    __slots__ = ("node_id", "incarnation", "address", "capacity", "labels", "held_tasks", "agent_version", "protocol_version", "started_at_unix_ms", "kinds", "incarnation_secret", "store_id", "store_previous_incarnation", "hello_seq")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -145,6 +145,7 @@ class Hello(_message.Message):
     INCARNATION_SECRET_FIELD_NUMBER: _ClassVar[int]
     STORE_ID_FIELD_NUMBER: _ClassVar[int]
     STORE_PREVIOUS_INCARNATION_FIELD_NUMBER: _ClassVar[int]
+    HELLO_SEQ_FIELD_NUMBER: _ClassVar[int]
     node_id: str
     incarnation: str
     address: str
@@ -158,7 +159,8 @@ class Hello(_message.Message):
     incarnation_secret: bytes
     store_id: str
     store_previous_incarnation: str
-    def __init__(self, node_id: _Optional[str] = ..., incarnation: _Optional[str] = ..., address: _Optional[str] = ..., capacity: _Optional[_Union[_records_pb2.NodeCapacity, _Mapping]] = ..., labels: _Optional[_Mapping[str, str]] = ..., held_tasks: _Optional[_Iterable[_Union[HeldTask, _Mapping]]] = ..., agent_version: _Optional[str] = ..., protocol_version: _Optional[int] = ..., started_at_unix_ms: _Optional[int] = ..., kinds: _Optional[_Iterable[str]] = ..., incarnation_secret: _Optional[bytes] = ..., store_id: _Optional[str] = ..., store_previous_incarnation: _Optional[str] = ...) -> None: ...
+    hello_seq: int
+    def __init__(self, node_id: _Optional[str] = ..., incarnation: _Optional[str] = ..., address: _Optional[str] = ..., capacity: _Optional[_Union[_records_pb2.NodeCapacity, _Mapping]] = ..., labels: _Optional[_Mapping[str, str]] = ..., held_tasks: _Optional[_Iterable[_Union[HeldTask, _Mapping]]] = ..., agent_version: _Optional[str] = ..., protocol_version: _Optional[int] = ..., started_at_unix_ms: _Optional[int] = ..., kinds: _Optional[_Iterable[str]] = ..., incarnation_secret: _Optional[bytes] = ..., store_id: _Optional[str] = ..., store_previous_incarnation: _Optional[str] = ..., hello_seq: _Optional[int] = ...) -> None: ...
 
 class TaskProgress(_message.Message):
     __slots__ = ("task_id", "epoch", "checkpoint_seq", "covers_journal_seq", "replicated_checkpoint_seq", "journal_seq", "replicated_journal_seq", "progress_ratio", "progress_message")
@@ -318,7 +320,7 @@ class Reattach(_message.Message):
     def __init__(self, term: _Optional[int] = ...) -> None: ...
 
 class Welcome(_message.Message):
-    __slots__ = ("session_id", "term", "leader_id", "heartbeat_interval_ms", "fence_after_ms", "dead_after_ms", "node_state", "cluster_name", "server_time_unix_ms", "max_message_bytes", "max_payload_bytes", "protocol_version")
+    __slots__ = ("session_id", "term", "leader_id", "heartbeat_interval_ms", "fence_after_ms", "dead_after_ms", "node_state", "cluster_name", "server_time_unix_ms", "max_message_bytes", "max_payload_bytes", "protocol_version", "hello_seq")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     TERM_FIELD_NUMBER: _ClassVar[int]
     LEADER_ID_FIELD_NUMBER: _ClassVar[int]
@@ -331,6 +333,7 @@ class Welcome(_message.Message):
     MAX_MESSAGE_BYTES_FIELD_NUMBER: _ClassVar[int]
     MAX_PAYLOAD_BYTES_FIELD_NUMBER: _ClassVar[int]
     PROTOCOL_VERSION_FIELD_NUMBER: _ClassVar[int]
+    HELLO_SEQ_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     term: int
     leader_id: str
@@ -343,7 +346,8 @@ class Welcome(_message.Message):
     max_message_bytes: int
     max_payload_bytes: int
     protocol_version: int
-    def __init__(self, session_id: _Optional[str] = ..., term: _Optional[int] = ..., leader_id: _Optional[str] = ..., heartbeat_interval_ms: _Optional[int] = ..., fence_after_ms: _Optional[int] = ..., dead_after_ms: _Optional[int] = ..., node_state: _Optional[_Union[_records_pb2.NodeState, str]] = ..., cluster_name: _Optional[str] = ..., server_time_unix_ms: _Optional[int] = ..., max_message_bytes: _Optional[int] = ..., max_payload_bytes: _Optional[int] = ..., protocol_version: _Optional[int] = ...) -> None: ...
+    hello_seq: int
+    def __init__(self, session_id: _Optional[str] = ..., term: _Optional[int] = ..., leader_id: _Optional[str] = ..., heartbeat_interval_ms: _Optional[int] = ..., fence_after_ms: _Optional[int] = ..., dead_after_ms: _Optional[int] = ..., node_state: _Optional[_Union[_records_pb2.NodeState, str]] = ..., cluster_name: _Optional[str] = ..., server_time_unix_ms: _Optional[int] = ..., max_message_bytes: _Optional[int] = ..., max_payload_bytes: _Optional[int] = ..., protocol_version: _Optional[int] = ..., hello_seq: _Optional[int] = ...) -> None: ...
 
 class HeartbeatAck(_message.Message):
     __slots__ = ("seq", "sent_at_unix_ms", "sent_at_monotonic_ms", "received_at_unix_ms", "term", "node_state")

@@ -490,6 +490,7 @@ class AgentCore:
         self._acked_send_s = 0.0  # send time of the newest acked heartbeat (or Hello)
         self._next_hb_s = 0.0
         self._hello_sent_s = 0.0
+        self._hello_seq = 0  # Hellos built so far; a Welcome must answer the newest
         self._update_seq = 0
         self._updates: dict[int, str] = {}  # update_seq -> task_id of terminal updates
         self._next_report_s = 0.0
@@ -591,8 +592,13 @@ class AgentCore:
     # ---------------------------------------------------------------- session
 
     def hello(self, now: float, wall_ms: int) -> Hello:
-        """The Hello to open a Session with: every task still held, with its status."""
+        """The Hello to open a Session with: every task still held, with its status.
+
+        Each Hello gets the next ``hello_seq``; only a Welcome echoing the
+        newest one is taken (``on_welcome``).
+        """
         self._hello_sent_s = now
+        self._hello_seq += 1
         held: list[HeldTask] = []
         for slot in sorted(self._slots.values(), key=lambda s: s.task_id):
             status = _held_status(slot)
@@ -611,10 +617,31 @@ class AgentCore:
                     replicated_checkpoint_seq=slot.progress.replicated_checkpoint_seq,
                 )
             )
-        return Hello(self.node_id, self.incarnation, PROTOCOL_VERSION, tuple(held))
+        return Hello(self.node_id, self.incarnation, PROTOCOL_VERSION, tuple(held), self._hello_seq)
 
     def on_welcome(self, welcome: Welcome, now: float, wall_ms: int) -> list[Command]:
-        """The leader accepted our Hello: start heartbeating, resend unacked outcomes."""
+        """The leader accepted our Hello: start heartbeating, resend unacked outcomes.
+
+        The fence then runs from the newest Hello's send time, so a Welcome
+        that answers an earlier Hello (``welcome.hello_seq`` set and not the
+        newest: a reply delivered late, e.g. by a relay after a Reattach) is
+        ignored with a ``stale_welcome`` notice: taking it would start the fence
+        from a Hello its leader never saw, later than the one it judges the
+        node by. A Welcome without ``hello_seq`` (a leader that does not echo
+        it) is taken as before.
+        """
+        if welcome.hello_seq and welcome.hello_seq != self._hello_seq:
+            return [
+                Notice(
+                    "stale_welcome",
+                    {
+                        "hello_seq": welcome.hello_seq,
+                        "newest_hello_seq": self._hello_seq,
+                        "term": welcome.term,
+                        "leader": welcome.leader_id,
+                    },
+                )
+            ]
         out: list[Command] = []
         was_fenced = self._session is SessionState.FENCED
         self._session = SessionState.OPEN

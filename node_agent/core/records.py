@@ -167,6 +167,8 @@ class Hello:
     incarnation: str
     protocol_version: int
     held_tasks: tuple[HeldTask, ...] = ()
+    hello_seq: int = 0
+    """This process's count of its Hellos, from 1; the answering Welcome echoes it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -273,7 +275,11 @@ AgentMessage = Hello | Heartbeat | TaskUpdate | LineageReport
 
 @dataclass(frozen=True, slots=True)
 class Welcome:
-    """The leader accepted the Session; ``*_ms`` of 0 keep the core's defaults."""
+    """The leader accepted the Session; ``*_ms`` of 0 keep the core's defaults.
+
+    ``hello_seq``: the ``Hello.hello_seq`` it answers (0: a leader that does
+    not echo it).
+    """
 
     term: int
     leader_id: str = ""
@@ -281,6 +287,7 @@ class Welcome:
     heartbeat_interval_ms: int = 0
     fence_after_ms: int = 0
     dead_after_ms: int = 0
+    hello_seq: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -133,13 +133,16 @@ class FakeAgent:
         data = message if isinstance(message, bytes) else message.SerializeToString()
         await self.call.write(data)
 
-    async def hello(self, node_id: str, incarnation: str = "i1") -> agent_pb2.Welcome:
+    async def hello(
+        self, node_id: str, incarnation: str = "i1", hello_seq: int = 0
+    ) -> agent_pb2.Welcome:
         await self.send(
             agent_pb2.AgentMessage(
                 hello=agent_pb2.Hello(
                     node_id=node_id,
                     incarnation=incarnation,
                     capacity=records_pb2.NodeCapacity(slots=2),
+                    hello_seq=hello_seq,
                 )
             )
         )
@@ -206,8 +209,9 @@ async def test_hello_welcome_heartbeat_ack_and_persisted(
     leader: Coordinator, agents: Callable[[str], FakeAgent]
 ) -> None:
     agent = agents(leader.address)
-    welcome = await agent.hello("n1")
+    welcome = await agent.hello("n1", hello_seq=3)
     assert welcome.session_id
+    assert welcome.hello_seq == 3  # the agent takes only its newest Hello's Welcome
     assert welcome.term == leader.runtime.leadership.term  # type: ignore[union-attr]
     assert welcome.heartbeat_interval_ms == 100
     assert welcome.dead_after_ms == 600

@@ -294,6 +294,7 @@ class _ProbeAgent:
         self.sent: dict[int, float] = {}
         self.received: list[tuple[float, str, Any]] = []  # (when, body, message)
         self._seq = 0
+        self.hellos = 0  # Hello.hello_seq, as the agent counts them
         self._tasks: list[asyncio.Task[None]] = []
         self._writing = asyncio.Lock()  # grpc.aio: one write at a time on a call
 
@@ -302,10 +303,12 @@ class _ProbeAgent:
         self._tasks = [asyncio.create_task(self._read()), asyncio.create_task(self._beat())]
 
     async def hello(self) -> None:
+        self.hellos += 1
         hello = agent_pb2.Hello(
             node_id=self.node_id,
             incarnation=self.incarnation,
             capacity=records_pb2.NodeCapacity(slots=1),
+            hello_seq=self.hellos,
         )
         async with self._writing:
             await self.call.write(agent_pb2.AgentMessage(hello=hello))
@@ -448,3 +451,7 @@ async def test_a_follower_acks_by_rule_b_while_no_leader_can_and_only_within_its
     welcome_at = probe.first("welcome", reattach_at)
     assert welcome_at is not None
     assert probe.first("heartbeat_ack", welcome_at) is not None
+    # Each Welcome, carried through the follower, names the Hello it answers:
+    # the first Hello's, then the one said on the same stream after the Reattach.
+    echoed = [m.hello_seq for _, body, m in probe.received if body == "welcome"]
+    assert echoed == [1, 2], echoed

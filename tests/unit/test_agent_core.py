@@ -22,7 +22,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from random import Random
 from typing import Any
@@ -1387,3 +1387,53 @@ def test_a_reattach_before_any_welcome_says_hello_again() -> None:
     assert not d.core.session_open
     assert notices(d.msg(welcome_msg(term=3)), "session_open")
     assert d.core.session_open
+
+
+def test_a_welcome_answering_an_earlier_hello_is_ignored() -> None:
+    # Hello 1 goes to a leader; a Reattach makes the agent say Hello 2 at t=3.
+    # Hello 1's Welcome, delivered late (a relay bug, or a reply in flight), must
+    # not open the Session: it would start the fence from Hello 2's send time,
+    # which its leader never saw and does not judge the node by.
+    d = Driver()
+    first = d.hello()
+    assert first.hello_seq == 1
+    d.at(3.0)
+    out = d.msg(rec.Reattach(term=8))
+    second = next(c.message for c in out if isinstance(c, Send))
+    assert isinstance(second, rec.Hello)
+    assert second.hello_seq == 2
+    late = replace(welcome_msg(term=7), hello_seq=first.hello_seq)
+    out = d.msg(late)
+    stale = notices(out, "stale_welcome")
+    assert stale
+    assert stale[0].fields["hello_seq"] == 1
+    assert stale[0].fields["newest_hello_seq"] == 2
+    assert not d.core.session_open
+    assert d.core.fence_deadline() is None  # no Welcome taken: nothing may run
+    assert heartbeats(out) == []
+    # The Welcome that answers Hello 2 opens the Session.
+    assert notices(d.msg(replace(welcome_msg(term=8), hello_seq=2)), "session_open")
+    assert d.core.session_open
+    assert d.core.term == 8
+
+
+def test_a_welcome_without_hello_seq_is_taken_as_before() -> None:
+    # A leader that does not echo hello_seq (0): accepted, whatever Hello it answers.
+    d = Driver()
+    d.hello()
+    d.hello()
+    assert notices(d.msg(welcome_msg()), "session_open")
+    assert d.core.session_open
+
+
+def test_hello_seq_crosses_the_wire_both_ways() -> None:
+    from lazarus.v1 import agent_pb2
+    from node_agent import convert as agent_convert
+
+    d = Driver()
+    d.hello()
+    assert agent_convert.hello_to_pb(d.hello()).hello.hello_seq == 2
+    pb = agent_pb2.CoordinatorMessage(welcome=agent_pb2.Welcome(term=3, hello_seq=2))
+    welcome = agent_convert.coordinator_message_from_pb(pb)
+    assert isinstance(welcome, rec.Welcome)
+    assert welcome.hello_seq == 2

@@ -173,6 +173,7 @@ directives = st.one_of(
         fence_after_s=ms_dur,
         dead_after_s=ms_dur,
         node_state=enum_of(NodeState),
+        hello_seq=u64,
     ),
     st.builds(d.HeartbeatAck, seq=u64, term=u64, node_state=enum_of(NodeState)),
     st.builds(
@@ -291,6 +292,7 @@ def test_hello_to_event() -> None:
         ],
         agent_version="0.1",
         kinds=["a", "b"],
+        hello_seq=4,
     )
     event = convert.hello_to_event("s1", hello, 10.0)
     assert event == ev.SessionOpened(
@@ -309,6 +311,7 @@ def test_hello_to_event() -> None:
             HeldTask("t2", 1, HeldTaskStatus.RUNNING),
         ),
         agent_version="0.1",
+        hello_seq=4,
     )
 
 

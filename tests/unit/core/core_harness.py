@@ -96,6 +96,7 @@ class Harness:
         labels: Labels = (),
         kinds: tuple[str, ...] = (),
         held: Sequence[HeldTask] = (),
+        hello_seq: int = 0,
     ) -> list[Command]:
         before = (
             self.incarnations.get(node_id),
@@ -119,6 +120,7 @@ class Harness:
                 labels=labels,
                 kinds=kinds,
                 held_tasks=tuple(held),
+                hello_seq=hello_seq,
             )
         )
         refused = any(

@@ -77,6 +77,14 @@ def test_hello_is_answered_with_welcome_after_the_node_is_persisted() -> None:
     assert [j.node_id for j in notices_of(commands, n.NodeJoined)] == ["a"]
 
 
+def test_the_welcome_echoes_the_hello_seq_it_answers() -> None:
+    # The agent takes only the Welcome of its newest Hello (AgentCore.on_welcome).
+    h = Harness()
+    h.lead(term=9)
+    assert [w.hello_seq for w in directives(h.hello("a", hello_seq=5), Welcome)] == [5]
+    assert [w.hello_seq for w in directives(h.hello("a", hello_seq=6), Welcome)] == [6]
+
+
 @pytest.mark.parametrize(
     ("node_id", "incarnation", "slots", "field"),
     [

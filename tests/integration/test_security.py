@@ -145,7 +145,22 @@ async def test_expired_or_foreign_certificates_are_refused(
 
 
 async def _session_first_reply(tls: ClientTls, address: str, node_id: str) -> grpc.StatusCode:
-    """Open a Session with ``tls`` and say Hello as ``node_id``; the status it ends with."""
+    """Open a Session with ``tls`` and say Hello as ``node_id``; the status it ends with.
+
+    A refusal sent before the Hello is written can still reach this client as
+    its own INTERNAL (grpc #36066, below; seen once in CI even after reading
+    on): an INTERNAL is tried again, twice at most, so a server that answers
+    INTERNAL every time still fails the caller's assertion.
+    """
+    code = grpc.StatusCode.INTERNAL
+    for _ in range(3):
+        code = await _session_first_reply_once(tls, address, node_id)
+        if code is not grpc.StatusCode.INTERNAL:
+            break
+    return code
+
+
+async def _session_first_reply_once(tls: ClientTls, address: str, node_id: str) -> grpc.StatusCode:
     async with tls.aio_channel(address) as channel:
         call = channel.stream_stream(
             "/lazarus.v1.AgentService/Session",

@@ -507,21 +507,23 @@ class FanInSimulation:
     def _up(self, a: str, b: str) -> bool:
         return frozenset((a, b)) not in self._partitions
 
+    def _delay(self) -> float:
+        """A message's transit time: up to ``max_latency_s``, now and then a spike."""
+        cfg = self.config
+        if self.rng.random() < cfg.spike_probability:
+            return self.rng.uniform(cfg.max_latency_s, cfg.max_spike_s)
+        return self.rng.uniform(0.0005, cfg.max_latency_s)
+
     def _send(self, src: str, dst: str, deliver: Callable[[], None]) -> None:
         """Deliver after a random delay unless a partition between the ends drops it."""
         if not self._up(src, dst):
             return
-        cfg = self.config
-        if self.rng.random() < cfg.spike_probability:
-            delay = self.rng.uniform(cfg.max_latency_s, cfg.max_spike_s)
-        else:
-            delay = self.rng.uniform(0.0005, cfg.max_latency_s)
 
         def arrive() -> None:
             if self._up(src, dst):
                 deliver()
 
-        self._at(self.now + delay, arrive)
+        self._at(self.now + self._delay(), arrive)
 
     # ------------------------------------------------------------ etcd
 
@@ -802,24 +804,13 @@ class FanInSimulation:
 
     def _ack(self, replica: _Replica, ack: Ack) -> None:
         self._acks[ack.basis.value] += 1
-        node = self.nodes[ack.node_id]
         term = replica.leading.term if replica.leading else 0
+        message: agent_records.CoordinatorMessage
         if ack.kind is EntryKind.HELLO:
-            s = self.settings
-            message: agent_records.CoordinatorMessage = agent_records.Welcome(
-                term=term,
-                leader_id=replica.replica_id,
-                session_id=ack.session_id,
-                heartbeat_interval_ms=round(s.heartbeat_interval_s * 1000),
-                fence_after_ms=round(s.fence_after_s * 1000),
-                dead_after_ms=round(s.dead_after_s * 1000),
-            )
+            message = self._welcome(term, replica.replica_id, ack.session_id)
         else:
             message = agent_records.HeartbeatAck(ack.seq, term)
-        session = (replica.replica_id, ack.session_id)
-        self._send(
-            replica.replica_id, ack.node_id, lambda: self._node_receive(node, session, message)
-        )
+        self._to_agent(replica, ack.session_id, ack.node_id, message)
 
     def _replica_receive(
         self, replica: _Replica, gen: int, node_id: str, session_id: str, seq: int, kind: EntryKind
@@ -898,11 +889,6 @@ class FanInSimulation:
         The shell sets no gRPC keepalive: a cut-off link neither breaks nor
         loses what was written; it stalls, then delivers (in the sim's order).
         """
-        cfg = self.config
-        if self.rng.random() < cfg.spike_probability:
-            delay = self.rng.uniform(cfg.max_latency_s, cfg.max_spike_s)
-        else:
-            delay = self.rng.uniform(0.0005, cfg.max_latency_s)
 
         def arrive() -> None:
             if self._up(src, dst):
@@ -910,7 +896,7 @@ class FanInSimulation:
             else:
                 self._at(self.now + 0.1, arrive)
 
-        self._at(self.now + delay, arrive)
+        self._at(self.now + self._delay(), arrive)
 
     def _to_agent(
         self,

@@ -622,34 +622,41 @@ MUTATIONS = [
 ]
 
 
-def _follower_acks_carried_heartbeat(mp: pytest.MonkeyPatch) -> None:
-    """Relay broken: the follower acks a carried heartbeat itself, no leader's word."""
+def _answer_after_forwarding(
+    mp: pytest.MonkeyPatch,
+    kind: EntryKind,
+    answer: Callable[[FanInSimulation, Any, Any, int], agent_records.CoordinatorMessage],
+) -> None:
+    """Relay broken: the follower forwards a carried message of ``kind`` and also
+    answers it itself (``answer(sim, held, link, seq)``), no leader's word."""
     forward = FanInSimulation._relay_forward
 
     def mutated(
-        self: FanInSimulation, replica: Any, held: Any, link: Any, seq: int, kind: EntryKind
+        self: FanInSimulation, replica: Any, held: Any, link: Any, seq: int, what: EntryKind
     ) -> None:
-        forward(self, replica, held, link, seq, kind)
-        if kind is EntryKind.HEARTBEAT:
-            ack = agent_records.HeartbeatAck(seq, held.term)
-            self._to_agent(replica, held.stream, held.node_id, ack)
+        forward(self, replica, held, link, seq, what)
+        if what is kind:
+            self._to_agent(replica, held.stream, held.node_id, answer(self, held, link, seq))
 
     mp.setattr(FanInSimulation, "_relay_forward", mutated)
+
+
+def _follower_acks_carried_heartbeat(mp: pytest.MonkeyPatch) -> None:
+    """Relay broken: the follower acks a carried heartbeat itself, no leader's word."""
+    _answer_after_forwarding(
+        mp,
+        EntryKind.HEARTBEAT,
+        lambda sim, held, link, seq: agent_records.HeartbeatAck(seq, held.term),
+    )
 
 
 def _follower_welcomes_carried_hello(mp: pytest.MonkeyPatch) -> None:
     """Relay broken: the follower Welcomes a carried Hello itself (no leader confirmed it)."""
-    forward = FanInSimulation._relay_forward
-
-    def mutated(
-        self: FanInSimulation, replica: Any, held: Any, link: Any, seq: int, kind: EntryKind
-    ) -> None:
-        forward(self, replica, held, link, seq, kind)
-        if kind is EntryKind.HELLO:
-            welcome = self._welcome(link.term, link.leader, held.fsid)
-            self._to_agent(replica, held.stream, held.node_id, welcome)
-
-    mp.setattr(FanInSimulation, "_relay_forward", mutated)
+    _answer_after_forwarding(
+        mp,
+        EntryKind.HELLO,
+        lambda sim, held, link, seq: sim._welcome(link.term, link.leader, held.fsid),
+    )
 
 
 def _in_relay_mode(mutation: Mutation) -> Mutation:

@@ -1023,12 +1023,18 @@ class FanInSimulation:
             self._count("not_leader")
             self._to_agent(replica, stream, node_id, agent_records.NotLeader())
 
-        def loop() -> None:
+        def settled() -> bool:
+            """Gone, or admitted on the open link: nothing left to decide."""
             if gone():
-                return
+                return True
             link = replica.link
             if link is not None and not link.closed:
                 admit(link)
+                return True
+            return False
+
+        def loop() -> None:
+            if settled():
                 return
             attempt = replica.attempt
             if attempt is None:
@@ -1055,11 +1061,7 @@ class FanInSimulation:
             self._at(self.now + replica.clock.real_after(left_s), timeout)
 
         def after() -> None:
-            if gone():
-                return
-            link = replica.link
-            if link is not None and not link.closed:
-                admit(link)
+            if settled():
                 return
             retry_s = policy.retry_new_session_s(
                 replica.why_unlinked, self._rlocal(replica) - started
@@ -1589,14 +1591,7 @@ class FanInSimulation:
                 lambda: self._node_stream_broke(node, session),
             )
             return
-        gen = replica.gen
-        self._send(
-            node.node_id,
-            replica.replica_id,
-            lambda: self._replica_receive(
-                replica, gen, node.node_id, session_id, 0, EntryKind.HELLO
-            ),
-        )
+        self._node_send(node, 0, EntryKind.HELLO)
 
     def _reconnect_soon(self, node: _Node) -> None:
         gen = node.gen
@@ -1638,52 +1633,32 @@ class FanInSimulation:
             if isinstance(command, agent_core.Send) and isinstance(
                 command.message, agent_records.Heartbeat
             ):
-                if node.session is None:
-                    continue
-                rid, session_id = node.session
-                replica = self.replicas[rid]
-                gen = replica.gen
-                seq = command.message.seq
-                self._send(
-                    node.node_id,
-                    rid,
-                    partial(
-                        self._replica_receive,
-                        replica,
-                        gen,
-                        node.node_id,
-                        session_id,
-                        seq,
-                        EntryKind.HEARTBEAT,
-                    ),
-                )
+                self._node_send(node, command.message.seq, EntryKind.HEARTBEAT)
             elif isinstance(command, agent_core.Send) and isinstance(
                 command.message, agent_records.Hello
             ):
                 # After a Reattach: a Hello again on the same stream (relay mode).
-                if node.session is None:
-                    continue
-                rid, session_id = node.session
-                replica = self.replicas[rid]
-                self._send(
-                    node.node_id,
-                    rid,
-                    partial(
-                        self._replica_receive,
-                        replica,
-                        replica.gen,
-                        node.node_id,
-                        session_id,
-                        0,
-                        EntryKind.HELLO,
-                    ),
-                )
+                self._node_send(node, 0, EntryKind.HELLO)
             elif isinstance(command, agent_core.CloseSession):
                 if command.reason.startswith("self-fenced"):
                     self._fences += 1
                 self._close_session(node)
             elif isinstance(command, agent_core.Notice) and command.kind == "self_fence":
                 pass
+
+    def _node_send(self, node: _Node, seq: int, kind: EntryKind) -> None:
+        """A heartbeat (``seq``) or Hello on the node's open stream, if it has one."""
+        if node.session is None:
+            return
+        rid, session_id = node.session
+        replica = self.replicas[rid]
+        self._send(
+            node.node_id,
+            rid,
+            partial(
+                self._replica_receive, replica, replica.gen, node.node_id, session_id, seq, kind
+            ),
+        )
 
     def _node_receive(
         self, node: _Node, session: tuple[str, str], message: agent_records.CoordinatorMessage

@@ -47,6 +47,7 @@ from lazarus_dev.fanin_sim import (
     SimulationFailure,
     sweep,
 )
+from lazarus_dev.fleetsim_sweep import fanin_sweep
 from node_agent.core import records as agent_records
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -397,7 +398,7 @@ def test_the_fault_set_is_exercised() -> None:
 def test_seeds_sweep() -> None:
     count = int(os.environ.get("LAZARUS_FANIN_SEEDS", CI_SEEDS))
     start = int(os.environ.get("LAZARUS_FANIN_START", 0))
-    failures = sweep(range(start, start + count))
+    failures = fanin_sweep(range(start, start + count))  # on every core
     assert failures == [], "\n\n".join(failures[:5])
 
 
@@ -407,8 +408,15 @@ def test_seeds_sweep_relay() -> None:
     default = os.environ.get("LAZARUS_FANIN_SEEDS", RELAY_CI_SEEDS)
     count = int(os.environ.get("LAZARUS_FANIN_RELAY_SEEDS", default))
     start = int(os.environ.get("LAZARUS_FANIN_START", 0))
-    failures = sweep(range(start, start + count), RELAY)
+    failures = fanin_sweep(range(start, start + count), RELAY)
     assert failures == [], "\n\n".join(failures[:5])
+
+
+def test_a_parallel_sweep_reports_what_one_process_reports() -> None:
+    no_grace = FanInConfig(leader_grace_s=0.0)  # a mutation of the next leader's grace
+    in_process = sweep(range(16), no_grace)
+    assert in_process, "some seed of 16 fails without the next leader's grace"
+    assert fanin_sweep(range(16), no_grace, workers=2) == in_process
 
 
 def test_the_relay_is_exercised() -> None:
@@ -457,7 +465,7 @@ DRIFT_CONFIG = FanInConfig(
 
 
 def test_seeds_sweep_at_five_percent_drift() -> None:
-    assert sweep(range(60), DRIFT_CONFIG) == []
+    assert fanin_sweep(range(60), DRIFT_CONFIG) == []
 
 
 def _scripted(kind: str, settings: FanInSettings) -> tuple[int, int]:
@@ -728,4 +736,4 @@ def test_the_mutations_are_caught(mutation: Mutation) -> None:
 
 def test_the_unmutated_rule_passes_the_mutation_seeds() -> None:
     # The same seeds the mutations fail on hold with the rule intact.
-    assert sweep(range(60)) == []
+    assert fanin_sweep(range(60)) == []

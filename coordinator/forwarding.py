@@ -96,6 +96,10 @@ from coordinator.core.fanin import (
 from coordinator.core.fanin import Command as FanInCommand
 from coordinator.core.fanin import HeartbeatReceived as ArrivedAtReplica
 from coordinator.core.relay import (
+    ELECTION_READ_TIMEOUT_S,
+    LEADERSHIP_CHECK_S,
+    LINK_CONNECT_TIMEOUT_S,
+    RELINK_INTERVAL_S,
     Carry,
     LinkChoice,
     LinkPolicy,
@@ -141,14 +145,6 @@ batch where it would otherwise handle 40 (the liveness digest)."""
 MAX_QUEUED_ENTRIES = 50_000
 """Entries one side of a Forward stream may have queued and not yet written."""
 
-LEADERSHIP_CHECK_S = 0.2
-"""How often a leader's Forward stream checks that its replica still leads."""
-
-LINK_CONNECT_TIMEOUT_S = 0.5
-"""How long a follower waits for its channel to the leader to be ready (a
-paused leader accepts TCP and never answers; a crashed one refuses, and
-gRPC retries until this passes)."""
-
 _OK = grpc.StatusCode.OK.value[0]
 
 ACCEPTED_METADATA = "lazarus-forward-accepted"
@@ -163,9 +159,6 @@ INTERREGNUM_CLOCK_DRIFT = 0.01
 within 1 % of real time. Linux slews CLOCK_MONOTONIC by at most 0.05 %; the
 lease deadline uses 0.1 % (``coordinator.election.LEASE_CLOCK_DRIFT``); the
 window takes the simulator's more cautious 1 % (``docs/fan-in.md`` section 7)."""
-
-ELECTION_READ_TIMEOUT_S = 1.0
-"""A follower's election read not answered by then is given up (it acks nothing)."""
 
 
 class ForwardObserver(Protocol):
@@ -874,9 +867,6 @@ leading yet, or not answering in time) for 0.2 s (``LinkPolicy``)."""
 AGENT_FENCE_LEAD_S = 0.5
 """How long before its fence deadline an agent starts pausing (``node_agent``'s
 default ``fence_lead_s``): the Reattach schedule plans with it."""
-
-RELINK_INTERVAL_S = 0.1
-"""How often a follower with detached Sessions looks for a leader to carry them to."""
 
 
 def interregnum_settings(

@@ -102,6 +102,10 @@ from coordinator.core.fanin import (
     safe_lease_deadline,
 )
 from coordinator.core.relay import (
+    ELECTION_READ_TIMEOUT_S,
+    LEADERSHIP_CHECK_S,
+    LINK_CONNECT_TIMEOUT_S,
+    RELINK_INTERVAL_S,
     UNAVAILABLE,
     Carry,
     LinkChoice,
@@ -144,15 +148,6 @@ FAULT_KINDS = (
 
 ETCD = "etcd"
 
-# The shell's constants (``coordinator.forwarding``; not imported: it is IO code).
-LINK_CONNECT_TIMEOUT_S = 0.5
-"""A dial, then the leader's accept, each answered within this or not at all."""
-LEADERSHIP_CHECK_S = 0.2
-"""A leader that stops leading ends its Forward streams within this (its watchdog)."""
-RELINK_INTERVAL_S = 0.1
-"""The reattach loop's period while it has no leader to carry Sessions to."""
-ELECTION_READ_TIMEOUT_S = 1.0
-"""A link attempt's election read that takes longer failed."""
 CANCELLED = 1
 FAILED_PRECONDITION = 9
 

@@ -37,6 +37,10 @@ from typing import Generic, TypeVar
 from coordinator.core.errors import UsageError
 
 __all__ = [
+    "ELECTION_READ_TIMEOUT_S",
+    "LEADERSHIP_CHECK_S",
+    "LINK_CONNECT_TIMEOUT_S",
+    "RELINK_INTERVAL_S",
     "UNAVAILABLE",
     "Carry",
     "LinkChoice",
@@ -56,6 +60,23 @@ K = TypeVar("K", bound=Hashable)
 
 UNAVAILABLE = 14
 """gRPC status code UNAVAILABLE: how a leader ends a Session when it stops leading."""
+
+# The shell's timings (``coordinator.forwarding``), here so that the fan-in
+# simulator (``lazarus_dev.fanin_sim``) models the same ones.
+
+LEADERSHIP_CHECK_S = 0.2
+"""How often a leader's Forward stream checks that its replica still leads."""
+
+LINK_CONNECT_TIMEOUT_S = 0.5
+"""How long a follower waits for its channel to the leader to be ready (a
+paused leader accepts TCP and never answers; a crashed one refuses, and
+gRPC retries until this passes)."""
+
+ELECTION_READ_TIMEOUT_S = 1.0
+"""A follower's election read not answered by then is given up (it acks nothing)."""
+
+RELINK_INTERVAL_S = 0.1
+"""How often a follower with detached Sessions looks for a leader to carry them to."""
 
 
 class Carry(enum.Enum):

@@ -8,10 +8,13 @@ runner reports) under one lock and carries its commands out in order:
 ``StartTask`` / ``StopTask`` go to the runner, ``CloseSession`` cancels the
 stream, ``Notice`` becomes a log line and a metric.
 
-**Finding the leader.** The agent dials the coordinator addresses in turn. A
-follower answers NotLeader with the leader's address, which is dialled next
-at once; any other failure backs off with full jitter (tenacity's
-``wait_random_exponential``, capped by ``reconnect_max_backoff_s``).
+**Finding a replica.** The agent dials the coordinator addresses in turn,
+skipping for a few seconds one it could not reach (``node_agent.core.dial``:
+after a leader crash it does not come back to the dead replica every
+``len(--coordinators)``-th dial). A replica that answers NotLeader names the
+address to dial next (dialled at once unless it is held off); any other
+failure backs off with full jitter (tenacity's ``wait_random_exponential``,
+capped by ``reconnect_max_backoff_s``).
 
 **Shutdown** (SIGTERM): every task is paused with its records flushed to
 Redis, then the agent says Goodbye, so the leader moves the tasks at once and
@@ -56,6 +59,7 @@ from node_agent.core import (
     StopTask,
     lineage,
 )
+from node_agent.core.dial import DialPlan
 from node_agent.core.records import LineageReport
 from node_agent.core.redisloss import generation_reset
 from node_agent.isolation import WorkerRedis
@@ -224,7 +228,7 @@ class NodeAgent:
         self._tasks: list[asyncio.Task[None]] = []
         self._outbound: asyncio.Queue[agent_pb2.AgentMessage] | None = None
         self._call: Any = None
-        self._redirect = ""
+        self._dial = DialPlan(settings.coordinators)
         self._retry_after_s = 0.0
         self._close_requested = asyncio.Event()  # the core said CloseSession
         self.shared: SharedDocuments | None = None
@@ -393,7 +397,7 @@ class NodeAgent:
     @property
     def redirect_pending(self) -> bool:
         """True when NotLeader named the address to dial next."""
-        return bool(self._redirect)
+        return self._dial.redirect_pending
 
     # ----------------------------------------------------------------- clocks
 
@@ -443,33 +447,48 @@ class NodeAgent:
     # ---------------------------------------------------------------- session
 
     async def _session_loop(self) -> None:
-        addresses = list(self.settings.coordinators)
-        index = 0
-        failures = 0
+        plan = self._dial
         wait = wait_random_exponential(multiplier=0.1, max=self.settings.reconnect_max_backoff_s)
         while not self._stopping:
-            if self._redirect:
-                target, self._redirect = self._redirect, ""
-            else:
-                target = addresses[index % len(addresses)]
-                index += 1
+            choice = plan.next(self._now())
+            if choice.skipped:
+                self.metrics.dials_held_off.inc(len(choice.skipped))
+                _log.info(
+                    "dialling %s; holding off %s (unreachable within %g s)",
+                    choice.address,
+                    ", ".join(choice.skipped),
+                    plan.hold_off_s,
+                )
+            target = choice.address
             self._retry_after_s = 0.0
-            welcomed = await self._one_session(target)
+            welcomed, reachable = await self._one_session(target)
             if self.stopping:
                 return
+            # NotLeader asked for a pause (no leader yet, Hellos deferred) or
+            # named the leader: not a failure, the backoff does not grow.
+            not_leader = self._retry_after_s > 0 or plan.redirect_pending
+            plan.ended(
+                target, self._now(), reachable=reachable, welcomed=welcomed, not_leader=not_leader
+            )
             if self._retry_after_s > 0:
-                # NotLeader asked for a pause (no leader yet, or Hellos deferred):
-                # honour it without growing the backoff, then dial what it named.
                 await asyncio.sleep(min(self._retry_after_s, MAX_RETRY_AFTER_S))
                 continue
-            if self.redirect_pending:
+            if plan.redirect_pending:
                 continue
-            failures = 0 if welcomed else failures + 1
-            delay = float(wait(_Attempt(failures + 1)))  # type: ignore[arg-type]
+            delay = float(wait(_Attempt(plan.failures + 1)))  # type: ignore[arg-type]
             await asyncio.sleep(delay)
 
-    async def _one_session(self, target: str) -> bool:
+    async def _one_session(self, target: str) -> tuple[bool, bool]:
+        """One Session with ``target``: (a Welcome came, ``target`` was reachable).
+
+        Unreachable (``DialPlan.ended``): the dial or the stream failed in
+        transport (UNAVAILABLE, DEADLINE_EXCEEDED, an exception of the channel)
+        or nothing came for ``rpc_timeout_s``; a replica that ended the call
+        with any other status, or after a NotLeader, answered.
+        """
         welcomed = False
+        reachable = True
+        not_leader = False
         outbound: asyncio.Queue[agent_pb2.AgentMessage] = asyncio.Queue()
         reason = "closed"
         try:
@@ -510,11 +529,13 @@ class NodeAgent:
                         )
                         if read not in done:
                             read.cancel()
-                            reason = (
-                                "closed by the agent"
-                                if closer in done
-                                else f"nothing from {target} for {self.settings.rpc_timeout_s:g} s"
-                            )
+                            if closer in done:
+                                reason = "closed by the agent"
+                            else:
+                                reason = (
+                                    f"nothing from {target} for {self.settings.rpc_timeout_s:g} s"
+                                )
+                                reachable = False
                             break
                         if read.cancelled():
                             # grpc-python cancels the whole call when a write of it
@@ -522,6 +543,7 @@ class NodeAgent:
                             # overloaded leader): the read then ends cancelled, not
                             # with an AioRpcError. The Session is over; dial again.
                             reason = f"the call to {target} was cancelled under us"
+                            reachable = False
                             break
                         msg = read.result()
                         if msg is grpc.aio.EOF:
@@ -541,7 +563,11 @@ class NodeAgent:
                             )
                             await self._execute(step)
                             continue
-                        if body == "welcome":
+                        if body == "not_leader":
+                            # The abort that follows it is the replica's answer,
+                            # not a transport failure.
+                            not_leader = True
+                        elif body == "welcome":
                             welcomed = True
                             self._sessions += 1
                             if self._sessions > 1:
@@ -564,6 +590,10 @@ class NodeAgent:
                     call.cancel()
         except grpc.aio.AioRpcError as exc:
             reason = f"{exc.code().name}: {exc.details()}"
+            reachable = exc.code() not in (
+                grpc.StatusCode.UNAVAILABLE,
+                grpc.StatusCode.DEADLINE_EXCEEDED,
+            )
             if exc.code() is grpc.StatusCode.FAILED_PRECONDITION:
                 # An identity conflict (another live process holds our node id)
                 # or a protocol mismatch: nothing runs here; retry with backoff.
@@ -588,9 +618,11 @@ class NodeAgent:
             # A CancelledError of the gRPC call's own, not of this task: ending the
             # session loop here would leave a live process that never dials again.
             reason = "the gRPC call was cancelled"
+            reachable = False
             _log.warning("session with %s ended: %s; dialling again", target, reason)
         except Exception as exc:
             reason = repr(exc)
+            reachable = False
             _log.warning("session with %s failed: %r", target, exc)
         finally:
             self._call = None
@@ -599,7 +631,7 @@ class NodeAgent:
                 self.shared.session_closed()
             async with self._lock:
                 await self._execute(self.core.on_session_closed(self._now(), reason))
-        return welcomed
+        return welcomed, reachable or not_leader
 
     async def _process(self, inbox: asyncio.Queue[agent_pb2.CoordinatorMessage]) -> None:
         """Apply the leader's messages in order (a CloseSession ends the reader).
@@ -654,7 +686,7 @@ class NodeAgent:
                 self._spawn(runner.stop(cmd.task_id, cmd.epoch, flush=cmd.flush))
             elif isinstance(cmd, CloseSession):
                 if cmd.redirect:
-                    self._redirect = cmd.redirect
+                    self._dial.redirect(cmd.redirect)
                 self._retry_after_s = cmd.retry_after_s
                 _log.info("closing session: %s", cmd.reason)
                 self._close_requested.set()  # the reader ends; the loop says Hello again

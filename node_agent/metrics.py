@@ -20,6 +20,9 @@ Series (base units; counters end in ``_total``):
 - ``lazarus_agent_session_reconnects_total``: Sessions opened after the first;
 - ``lazarus_agent_session_refusals_total``: Hellos the leader refused with
   FAILED_PRECONDITION (another live process holds this node id);
+- ``lazarus_agent_dials_held_off_total``: coordinator addresses skipped when
+  dialling because they were unreachable within the hold-off
+  (``node_agent.core.dial``);
 - ``lazarus_agent_heartbeat_rtt_seconds`` (histogram): heartbeat send to ack;
 - ``lazarus_agent_redis_resets_total{signal}``: Redis data loss seen by this agent
   (``generation``: the dataset marker changed; ``gap``: a write found a hole in a
@@ -186,6 +189,11 @@ class AgentMetrics:
         self.session_refusals = Counter(
             "lazarus_agent_session_refusals",
             "Hellos refused with FAILED_PRECONDITION (another live process holds the node id).",
+            registry=r,
+        )
+        self.dials_held_off = Counter(
+            "lazarus_agent_dials_held_off",
+            "Coordinator addresses skipped when dialling: unreachable within the hold-off.",
             registry=r,
         )
         self.redis_resets = Counter(

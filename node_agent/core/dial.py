@@ -1,0 +1,157 @@
+"""Which coordinator replica the agent dials next, and which it holds off.
+
+With fan-in (issue 20) every replica terminates Sessions, so an agent given a
+``--coordinators`` list may dial any of them. Rotating blindly through the
+list sends it back to a crashed replica every ``len(list)``-th dial: each
+such dial costs a refused connection (or, on a host that vanished, a silent
+wait of the RPC timeout) plus a backoff step, while its fence clock runs. A
+leader crash is exactly when that matters: a third of the fleet redials at
+once, and the next leader's Welcome has about 0.7 s to spare
+(``docs/fan-in.md`` §5, L2).
+
+The rule (circuit breaking per endpoint, as a client-side load balancer's
+outlier detection does; gRPC's pick_first skips an address whose connect
+failed in the same way):
+
+- A replica that could not be reached (connect refused or reset, the stream
+  broke, or nothing came back for the RPC timeout) is **held off** for
+  ``hold_off_s``; one that answered anything (a Welcome, a NotLeader, a
+  refusal with a status) is cleared.
+- ``next`` returns a NotLeader's redirect first unless its address is held
+  off; otherwise the next address in list order that is not held off.
+- When every address is held off, the one whose hold-off ends first (ties in
+  list order): a hold-off only reorders dials, it never stops them, so an
+  agent with one address (a Kubernetes Service) dials it as before.
+- ``failures`` counts failed dials since the last Welcome (a NotLeader is
+  not one); the shell's backoff (tenacity's ``wait_random_exponential``)
+  grows with it.
+
+Pure: times are the shell's monotonic seconds, passed in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+__all__ = ["HOLD_OFF_S", "DialChoice", "DialPlan"]
+
+HOLD_OFF_S = 3.0
+"""How long an unreachable replica is skipped: one election lease TTL (3 s), the
+time a crashed leader's replica stays the named leader at most, and about a
+pod restart's lower bound."""
+
+
+@dataclass(frozen=True, slots=True)
+class DialChoice:
+    """The address to dial, and what was skipped to get there.
+
+    Attributes:
+        address: host:port to dial now.
+        redirected: True when it is a NotLeader's redirect.
+        skipped: addresses passed over because they are held off (a redirect
+            among them when it was held off).
+    """
+
+    address: str
+    redirected: bool = False
+    skipped: tuple[str, ...] = ()
+
+
+class DialPlan:
+    """The agent's dial order over ``addresses`` with a hold-off per unreachable address.
+
+    Args:
+        addresses: the ``--coordinators`` list, host:port each, at least one.
+        hold_off_s: seconds an unreachable address is skipped (>= 0; 0 turns
+            the hold-off off: plain rotation, the agent before this module).
+        start: index of the first address to dial (a simulator spreads its
+            agents; the agent starts at 0).
+
+    Raises:
+        ValueError: no address, or a negative ``hold_off_s``.
+    """
+
+    def __init__(
+        self, addresses: Sequence[str], hold_off_s: float = HOLD_OFF_S, start: int = 0
+    ) -> None:
+        if not addresses:
+            raise ValueError("DialPlan needs at least one coordinator address")
+        if hold_off_s < 0:
+            raise ValueError(f"hold_off_s must be >= 0, got {hold_off_s}")
+        self.addresses = tuple(addresses)
+        self.hold_off_s = hold_off_s
+        self.failures = 0
+        self._index = start % len(self.addresses)
+        self._redirect = ""
+        self._held_until: dict[str, float] = {}
+
+    def redirect(self, address: str) -> None:
+        """A NotLeader named ``address`` (the leader): dial it next unless held off."""
+        self._redirect = address
+
+    @property
+    def redirect_pending(self) -> bool:
+        """True while a redirect waits to be dialled."""
+        return bool(self._redirect)
+
+    def held_off(self, now: float) -> tuple[str, ...]:
+        """Addresses skipped at ``now``, in list order (a redirect's last)."""
+        held = [a for a in self.addresses if self._held(a, now)]
+        held += [a for a in self._held_until if a not in self.addresses and self._held(a, now)]
+        return tuple(held)
+
+    def next(self, now: float) -> DialChoice:
+        """The address to dial at ``now`` (monotonic seconds); consumes a redirect."""
+        skipped: list[str] = []
+        redirect, self._redirect = self._redirect, ""
+        if redirect:
+            if not self._held(redirect, now):
+                return DialChoice(redirect, redirected=True)
+            skipped.append(redirect)
+        n = len(self.addresses)
+        for k in range(n):
+            address = self.addresses[(self._index + k) % n]
+            if not self._held(address, now):
+                self._index = (self._index + k + 1) % n
+                return DialChoice(address, skipped=tuple(skipped))
+            if address not in skipped:
+                skipped.append(address)
+        # Everything held off: the soonest to end it, ties in rotation order.
+        order = [(self._index + k) % n for k in range(n)]
+        pick = min(order, key=lambda i: self._held_until.get(self.addresses[i], 0.0))
+        self._index = (pick + 1) % n
+        address = self.addresses[pick]
+        return DialChoice(address, skipped=tuple(a for a in skipped if a != address))
+
+    def ended(
+        self, address: str, now: float, *, reachable: bool, welcomed: bool, not_leader: bool = False
+    ) -> None:
+        """Record how the dial of ``address`` ended at ``now``.
+
+        Args:
+            reachable: False when the connect was refused or reset, the stream
+                broke (a Welcomed Session too: its replica is likely gone), or
+                nothing came back for the RPC timeout: ``address`` is held off.
+                True (it answered, or ended the call with a status): cleared.
+            welcomed: a Session opened on this dial: ``failures`` restarts at 0.
+            not_leader: it answered NotLeader: ``failures`` is kept (the
+                coordinator asked for the redial, nothing failed).
+        """
+        if not reachable and self.hold_off_s > 0:
+            self._held_until[address] = now + self.hold_off_s
+        elif reachable:
+            self._held_until.pop(address, None)
+        if welcomed:
+            self.failures = 0
+        elif not not_leader:
+            self.failures += 1
+
+    def _held(self, address: str, now: float) -> bool:
+        until = self._held_until.get(address)
+        if until is None:
+            return False
+        if now >= until:
+            del self._held_until[address]
+            return False
+        return True

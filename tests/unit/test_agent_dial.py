@@ -1,0 +1,126 @@
+"""node_agent.core.dial: the agent's dial order and its hold-off of unreachable replicas."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from node_agent.core.dial import HOLD_OFF_S, DialPlan
+
+A, B, C = "a:7070", "b:7070", "c:7070"
+
+
+def _dials(plan: DialPlan, now: float, count: int) -> list[str]:
+    return [plan.next(now).address for _ in range(count)]
+
+
+def test_without_failures_it_rotates_through_the_list() -> None:
+    assert _dials(DialPlan([A, B, C]), 0.0, 5) == [A, B, C, A, B]
+    assert _dials(DialPlan([A, B, C], start=1), 0.0, 3) == [B, C, A]
+
+
+def test_an_unreachable_replica_is_skipped_until_its_hold_off_ends() -> None:
+    plan = DialPlan([A, B, C], hold_off_s=3.0)
+    assert plan.next(0.0).address == A
+    plan.ended(A, 0.1, reachable=False, welcomed=True)  # its Session broke: it crashed
+    choices = [plan.next(1.0) for _ in range(4)]
+    assert [c.address for c in choices] == [B, C, B, C]
+    assert choices[1].skipped == ()
+    assert choices[2].skipped == (A,)
+    assert plan.held_off(1.0) == (A,)
+    assert plan.next(3.1).address == A  # the hold-off ended
+    assert plan.held_off(3.1) == ()
+
+
+def test_a_replica_that_answers_is_cleared() -> None:
+    plan = DialPlan([A, B], hold_off_s=3.0)
+    plan.ended(A, 0.0, reachable=False, welcomed=False)
+    plan.ended(A, 0.5, reachable=True, welcomed=False)  # e.g. a refusal with a status
+    assert _dials(plan, 1.0, 2) == [A, B]
+
+
+def test_a_redirect_comes_first_unless_it_is_held_off() -> None:
+    plan = DialPlan([A, B, C])
+    plan.redirect(C)
+    assert plan.redirect_pending
+    choice = plan.next(0.0)
+    assert (choice.address, choice.redirected) == (C, True)
+    assert not plan.redirect_pending
+    assert plan.next(0.0).address == A  # the rotation did not move
+
+    plan.ended(B, 0.0, reachable=False, welcomed=False)
+    plan.redirect(B)  # a NotLeader naming the replica that just refused us
+    choice = plan.next(1.0)
+    assert (choice.address, choice.redirected, choice.skipped) == (C, False, (B,))
+    assert not plan.redirect_pending
+
+
+def test_when_all_are_held_off_it_dials_the_one_whose_hold_off_ends_first() -> None:
+    plan = DialPlan([A, B, C], hold_off_s=3.0)
+    plan.ended(B, 0.0, reachable=False, welcomed=False)
+    plan.ended(C, 1.0, reachable=False, welcomed=False)
+    plan.ended(A, 2.0, reachable=False, welcomed=False)
+    choice = plan.next(2.5)
+    assert choice.address == B
+    assert set(choice.skipped) == {A, C}
+
+
+def test_one_address_is_always_dialled() -> None:
+    plan = DialPlan(["coordinator.lazarus.svc:7070"])
+    plan.ended("coordinator.lazarus.svc:7070", 0.0, reachable=False, welcomed=False)
+    assert _dials(plan, 0.5, 2) == ["coordinator.lazarus.svc:7070"] * 2
+
+
+def test_a_zero_hold_off_is_plain_rotation() -> None:
+    plan = DialPlan([A, B, C], hold_off_s=0.0)
+    plan.ended(B, 0.0, reachable=False, welcomed=False)
+    assert _dials(plan, 0.0, 3) == [A, B, C]
+
+
+def test_failures_count_dials_since_the_last_welcome_not_not_leaders() -> None:
+    plan = DialPlan([A, B])
+    plan.ended(A, 0.0, reachable=False, welcomed=False)
+    plan.ended(B, 0.0, reachable=True, welcomed=False)
+    assert plan.failures == 2
+    plan.ended(A, 0.0, reachable=True, welcomed=False, not_leader=True)
+    assert plan.failures == 2
+    plan.ended(B, 0.0, reachable=False, welcomed=True)
+    assert plan.failures == 0
+
+
+def test_bad_arguments_are_refused() -> None:
+    with pytest.raises(ValueError, match="at least one"):
+        DialPlan([])
+    with pytest.raises(ValueError, match="hold_off_s"):
+        DialPlan([A], hold_off_s=-1.0)
+    assert DialPlan([A]).hold_off_s == HOLD_OFF_S
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from([A, B, C]),
+            st.floats(0.0, 2.0),
+            st.booleans(),
+            st.booleans(),
+        ),
+        max_size=30,
+    )
+)
+def test_it_never_dials_a_held_off_address_while_another_is_free(
+    script: list[tuple[str, float, bool, bool]],
+) -> None:
+    plan = DialPlan([A, B, C], hold_off_s=1.0)
+    now = 0.0
+    for address, step, reachable, redirect in script:
+        now += step
+        if redirect:
+            plan.redirect(address)
+        held = set(plan.held_off(now))
+        choice = plan.next(now)
+        assert choice.address in (A, B, C)
+        if held != {A, B, C}:
+            assert choice.address not in held
+        assert choice.address not in choice.skipped
+        plan.ended(choice.address, now, reachable=reachable, welcomed=False)

@@ -8,7 +8,9 @@ until Welcome; a heartbeat every 0.5 s; a ``Reattach`` answered with a Hello
 on the same stream; a stream that ends, or a NotLeader, answered by dialling
 the next replica of their list after a short random backoff (the list starts
 at the replica the generator was given, so nodes spread over the replicas as a
-Kubernetes Service spreads them); and the agent's fence rule: a node *would
+Kubernetes Service spreads them; the order is the agent's own
+``node_agent.core.dial.DialPlan``, which skips a replica it could not reach for
+3 s); and the agent's fence rule: a node *would
 have self-fenced* when no heartbeat it sent in the last ``h + f - lead``
 seconds was acked (``f`` from the Welcome, ``lead`` 0.5 s), which pauses its
 tasks.
@@ -58,6 +60,7 @@ from heartbeat_bench import WorkerProcess
 
 from lazarus.v1 import agent_pb2, records_pb2
 from lazarus_dev.devcluster import LocalCluster, json_log_entries
+from node_agent.core.dial import DialPlan
 
 RESULTS = RESULTS_DIR / "fanin-failover.json"
 FAULTS = {
@@ -89,8 +92,7 @@ class FanNode:
 
     def __init__(self, stats: Stats, addresses: list[str], node_id: str) -> None:
         self.stats = stats
-        self.addresses = addresses
-        self.index = 0
+        self.plan = DialPlan(addresses)
         self.node_id = node_id
         self.incarnation = uuid.uuid4().hex[:12]
         self.channel: grpc.aio.Channel | None = None
@@ -103,7 +105,6 @@ class FanNode:
         self.open = False
         self.fenced = False
         self.task: asyncio.Task[None] | None = None
-        self.redirect = ""
         self.dialled = ""
         self.hello_sent_s = 0.0
         self.stats_welcomed = False
@@ -113,8 +114,7 @@ class FanNode:
         if self.channel is not None:
             self.call.cancel()
             await self.channel.close()
-        address = self.redirect or self.addresses[self.index % len(self.addresses)]
-        self.redirect = ""
+        address = self.plan.next(time.monotonic()).address
         self.dialled = address
         self.channel = grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
         self.call = self.channel.stream_stream(
@@ -148,18 +148,23 @@ class FanNode:
                         reply = await self.call.read()
                 except (grpc.aio.AioRpcError, TimeoutError, asyncio.InvalidStateError):
                     reply = grpc.aio.EOF
+                now = time.monotonic()
                 if reply is not grpc.aio.EOF and reply.WhichOneof("body") == "welcome":
+                    self.plan.ended(self.dialled, now, reachable=True, welcomed=True)
                     self._welcomed(reply.welcome)
                     self._attempt("welcome")
                     return
                 if reply is not grpc.aio.EOF and reply.WhichOneof("body") == "not_leader":
                     delay = max(delay, reply.not_leader.retry_after_ms / 1000.0)
-                    self.redirect = reply.not_leader.leader_address  # "": the next one
-                    if not self.redirect:
-                        self.index += 1
-                    self._attempt("deferred" if self.redirect else "no leader")
+                    redirect = reply.not_leader.leader_address  # "": the next one
+                    if redirect:
+                        self.plan.redirect(redirect)
+                    self.plan.ended(
+                        self.dialled, now, reachable=True, welcomed=False, not_leader=True
+                    )
+                    self._attempt("deferred" if redirect else "no leader")
                 else:
-                    self.index += 1
+                    self.plan.ended(self.dialled, now, reachable=False, welcomed=False)
                     self._attempt("failed")
             await asyncio.sleep(delay)
 
@@ -190,17 +195,30 @@ class FanNode:
         try:
             while True:
                 reason = ""
+                code: grpc.StatusCode | None = None
                 try:
                     reply = await self.call.read()
                 except grpc.aio.AioRpcError as exc:
-                    reply, reason = grpc.aio.EOF, f"{exc.code().name}: {exc.details()}"
+                    reply, reason, code = (
+                        grpc.aio.EOF,
+                        f"{exc.code().name}: {exc.details()}",
+                        exc.code(),
+                    )
                 if reply is grpc.aio.EOF:
                     self.open = False
                     if not reason:
                         with contextlib.suppress(Exception):
-                            reason = f"{(await self.call.code()).name}: {await self.call.details()}"
+                            code = await self.call.code()
+                            reason = f"{code.name}: {await self.call.details()}"
                     self.stats.ends.append((time.time(), self.dialled, reason))
-                    self.index += 1
+                    # As the agent: a transport failure holds the replica off.
+                    broken = code in (
+                        grpc.StatusCode.UNAVAILABLE,
+                        grpc.StatusCode.DEADLINE_EXCEEDED,
+                    )
+                    self.plan.ended(
+                        self.dialled, time.monotonic(), reachable=not broken, welcomed=True
+                    )
                     await asyncio.sleep(random.uniform(0.05, 0.2))
                     await self.connect()
                     continue

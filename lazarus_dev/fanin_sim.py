@@ -123,6 +123,7 @@ from coordinator.core.relay import (
 from node_agent import core as agent_core
 from node_agent.core import AgentCore, SessionState
 from node_agent.core import records as agent_records
+from node_agent.core.dial import HOLD_OFF_S, DialPlan
 
 __all__ = [
     "FAULT_KINDS",
@@ -147,6 +148,7 @@ FAULT_KINDS = (
 """Every fault the safety phase draws from (uniformly)."""
 
 ETCD = "etcd"
+AGENT_DIALS = ("service", "list")
 
 CANCELLED = 1
 FAILED_PRECONDITION = 9
@@ -197,6 +199,13 @@ class FanInConfig:
         reattach_rate_per_s: the relay's Reattach pace. The shell's 500/s over
             333 Sessions per follower (1,000 nodes) takes as long as 4/s over
             this fleet's 2 or 3: scaled so pacing and deferral matter.
+        agent_dial: how an agent picks the replica it dials. ``"service"``: at
+            random each time, the crashed one included (one Kubernetes
+            Service address: kube-proxy picks); ``"list"``: the real agent's
+            ``node_agent.core.dial.DialPlan`` over every replica (a
+            ``--coordinators`` list, each node starting at its own index),
+            holding off a replica it could not reach for ``dial_hold_off_s``.
+        dial_hold_off_s: ``DialPlan``'s hold-off in ``"list"`` mode (node clock).
     """
 
     settings: FanInSettings = field(default_factory=FanInSettings)
@@ -223,6 +232,12 @@ class FanInConfig:
     max_down_s: float = 10.0
     relay: bool = False
     reattach_rate_per_s: float = 4.0
+    agent_dial: str = "service"
+    dial_hold_off_s: float = HOLD_OFF_S
+
+    def __post_init__(self) -> None:
+        if self.agent_dial not in AGENT_DIALS:
+            raise ValueError(f"agent_dial must be one of {AGENT_DIALS}, got {self.agent_dial!r}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -375,6 +390,8 @@ class _Node:
     gen: int = 0
     session: tuple[str, str] | None = None  # (replica id, session id)
     hello_deadline_s: float | None = None
+    dial: DialPlan | None = None  # agent_dial "list": the agent's plan over the replicas
+    welcomed: bool = False  # a Welcome came on the current Session
 
 
 # ---------------------------------------------------------------------------
@@ -1561,6 +1578,12 @@ class FanInSimulation:
             progress_report_interval_s=self.config.progress_report_interval_s,
         )
         node.session = None
+        if self.config.agent_dial == "list":  # a new process: a new plan, from its list's start
+            node.dial = DialPlan(
+                sorted(self.replicas),
+                hold_off_s=self.config.dial_hold_off_s,
+                start=int(node.node_id[1:]),
+            )
         gen = node.gen
         self._every(
             node.clock,
@@ -1573,7 +1596,11 @@ class FanInSimulation:
     def _connect(self, node: _Node) -> None:
         if node.agent is None or node.session is not None:
             return
-        replica = self.replicas[self.rng.choice(sorted(self.replicas))]
+        if node.dial is not None:
+            replica = self.replicas[node.dial.next(self._nlocal(node)).address]
+        else:
+            replica = self.replicas[self.rng.choice(sorted(self.replicas))]
+        node.welcomed = False
         self._next_session += 1
         session_id = f"s{self._next_session}"
         node.session = (replica.replica_id, session_id)
@@ -1595,11 +1622,17 @@ class FanInSimulation:
             lambda: self._connect(node) if node.gen == gen else None,
         )
 
-    def _close_session(self, node: _Node) -> None:
+    def _dial_ended(self, node: _Node, rid: str, *, reachable: bool) -> None:
+        """Tell the node's ``DialPlan`` (agent_dial "list") how its Session with ``rid`` ended."""
+        if node.dial is not None:
+            node.dial.ended(rid, self._nlocal(node), reachable=reachable, welcomed=node.welcomed)
+
+    def _close_session(self, node: _Node, *, reachable: bool = True) -> None:
         if node.session is None:
             return
         rid, session_id = node.session
         node.session = None
+        self._dial_ended(node, rid, reachable=reachable)
         replica = self.replicas[rid]
         gen = replica.gen
         self._send(
@@ -1621,7 +1654,7 @@ class FanInSimulation:
             and node.hello_deadline_s is not None
             and now >= node.hello_deadline_s
         ):
-            self._close_session(node)
+            self._close_session(node, reachable=False)  # nothing came back
 
     def _node_exec(self, node: _Node, commands: list[agent_core.Command]) -> None:
         for command in commands:
@@ -1661,11 +1694,14 @@ class FanInSimulation:
         if node.agent is None or node.session != session:
             return
         self._node_exec(node, node.agent.on_message(message, self._nlocal(node), 0))
+        if node.agent is not None and node.agent.session is SessionState.OPEN:
+            node.welcomed = True
 
     def _node_stream_broke(self, node: _Node, session: tuple[str, str]) -> None:
         if node.agent is None or node.session != session:
             return
         node.session = None
+        self._dial_ended(node, session[0], reachable=False)
         self._node_exec(node, node.agent.on_session_closed(self._nlocal(node), "stream broken"))
         self._reconnect_soon(node)
 

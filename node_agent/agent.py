@@ -14,7 +14,9 @@ after a leader crash it does not come back to the dead replica every
 ``len(--coordinators)``-th dial). A replica that answers NotLeader names the
 address to dial next (dialled at once unless it is held off); any other
 failure backs off with full jitter (tenacity's ``wait_random_exponential``,
-capped by ``reconnect_max_backoff_s``).
+capped by ``reconnect_max_backoff_s``). With ``resolve_coordinators`` the list
+is every address the names resolve to (a headless Service: each replica),
+resolved again every ``RESOLVE_INTERVAL_S``.
 
 **Shutdown** (SIGTERM): every task is paused with its records flushed to
 Redis, then the agent says Goodbye, so the leader moves the tasks at once and
@@ -27,8 +29,10 @@ import asyncio
 import contextlib
 import importlib
 import logging
+import math
 import os
 import secrets
+import socket
 import time
 import uuid
 from typing import Any
@@ -59,7 +63,7 @@ from node_agent.core import (
     StopTask,
     lineage,
 )
-from node_agent.core.dial import DialPlan
+from node_agent.core.dial import DialPlan, spread_start
 from node_agent.core.records import LineageReport
 from node_agent.core.redisloss import generation_reset
 from node_agent.isolation import WorkerRedis
@@ -106,6 +110,10 @@ def lineage_wire_report(full: agent_pb2.LineageReport) -> agent_pb2.LineageRepor
 
 MAX_RETRY_AFTER_S = 10.0
 """Longest pause a NotLeader's retry_after_ms can impose before the next dial."""
+
+RESOLVE_INTERVAL_S = 5.0
+"""With ``resolve_coordinators``: how often the names are resolved again, seconds
+(a restarted coordinator pod comes back with a new address)."""
 
 REDIS_GENERATION_CHECK_S = 2.0
 """How often the agent reads Redis's dataset marker (node_agent/core/redisloss.py), seconds."""
@@ -228,7 +236,11 @@ class NodeAgent:
         self._tasks: list[asyncio.Task[None]] = []
         self._outbound: asyncio.Queue[agent_pb2.AgentMessage] | None = None
         self._call: Any = None
-        self._dial = DialPlan(settings.coordinators)
+        self._dial = DialPlan(
+            settings.coordinators,
+            start=spread_start(settings.node_id, len(settings.coordinators)),
+        )
+        self._resolved: tuple[str, ...] = ()
         self._retry_after_s = 0.0
         self._close_requested = asyncio.Event()  # the core said CloseSession
         self.shared: SharedDocuments | None = None
@@ -449,7 +461,13 @@ class NodeAgent:
     async def _session_loop(self) -> None:
         plan = self._dial
         wait = wait_random_exponential(multiplier=0.1, max=self.settings.reconnect_max_backoff_s)
+        resolved_at = -math.inf
         while not self._stopping:
+            if self.settings.resolve_coordinators and (
+                self._now() - resolved_at >= RESOLVE_INTERVAL_S
+            ):
+                resolved_at = self._now()
+                await self._resolve_coordinators()
             choice = plan.next(self._now())
             if choice.skipped:
                 self.metrics.dials_held_off.inc(len(choice.skipped))
@@ -477,6 +495,42 @@ class NodeAgent:
                 continue
             delay = float(wait(_Attempt(plan.failures + 1)))  # type: ignore[arg-type]
             await asyncio.sleep(delay)
+
+    async def _resolve_coordinators(self) -> None:
+        """Dial every address the ``--coordinators`` names resolve to (``resolve_coordinators``).
+
+        A name that does not resolve (DNS down, no such name, slower than
+        ``rpc_timeout_s``) is kept as given, so the dial still goes somewhere;
+        the first resolution starts this node's rotation at ``spread_start``.
+        """
+        loop = asyncio.get_running_loop()
+        addresses: list[str] = []
+        for name in self.settings.coordinators:
+            host, _, port = name.rpartition(":")
+            host = host.strip("[]")
+            try:
+                infos = await asyncio.wait_for(
+                    loop.getaddrinfo(host, int(port), type=socket.SOCK_STREAM),
+                    self.settings.rpc_timeout_s,
+                )
+            except (OSError, TimeoutError, ValueError) as exc:
+                _log.warning("cannot resolve coordinator %s (%s); dialling the name", name, exc)
+                addresses.append(name)
+                continue
+            for info in infos:
+                ip = str(info[4][0])
+                address = f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}"
+                if address not in addresses:
+                    addresses.append(address)
+        resolved = tuple(sorted(addresses))
+        if not resolved or resolved == self._resolved:
+            return
+        first = not self._resolved
+        self._resolved = resolved
+        self._dial.set_addresses(
+            resolved, start=spread_start(self.settings.node_id, len(resolved)) if first else None
+        )
+        _log.info("coordinators resolved to %s", ", ".join(resolved))
 
     async def _one_session(self, target: str) -> tuple[bool, bool]:
         """One Session with ``target``: (a Welcome came, ``target`` was reachable).

@@ -71,6 +71,10 @@ class AgentSettings:
     Attributes:
         node_id: stable node name (the pod name in Kubernetes); [A-Za-z0-9._-], <= 253.
         coordinators: coordinator addresses host:port; the agent follows NotLeader.
+        resolve_coordinators: dial every address each name of ``coordinators``
+            resolves to (a Kubernetes headless Service lists every replica), re-
+            resolved every ``RESOLVE_INTERVAL_S`` (``node_agent.agent``), instead
+            of the name itself (one ClusterIP: kube-proxy picks the replica).
         data_dir: directory of the local checkpoint store (one agent per directory).
         redis_url: Redis for replicated checkpoints, ``redis://host:port/db``
             (``rediss://`` for TLS).
@@ -109,6 +113,7 @@ class AgentSettings:
     node_id: str
     coordinators: tuple[str, ...]
     data_dir: Path
+    resolve_coordinators: bool = False
     redis_url: str = "redis://127.0.0.1:6379/0"
     redis_password: str = field(default="", repr=False)
     redis_ca_file: str = ""
@@ -138,6 +143,12 @@ class AgentSettings:
             )
         if not self.coordinators:
             raise SettingsError("--coordinators: give at least one host:port")
+        if self.resolve_coordinators and self.tls.enabled and not self.tls.server_name:
+            raise SettingsError(
+                "--resolve-coordinators dials the coordinators' IP addresses, which their "
+                "certificate does not name: set --tls-server-name (LAZARUS_TLS_SERVER_NAME) "
+                "to a name it does (the Helm chart sets it)"
+            )
         if ":" not in self.app:
             raise SettingsError(f"--app: {self.app!r} is not module:attribute")
         if self.slots < 1:

@@ -494,6 +494,15 @@ def node_agent_command(
             help="Coordinator addresses host:port, comma-separated; the leader is found.",
         ),
     ] = "127.0.0.1:7070",
+    resolve_coordinators: Annotated[
+        bool,
+        typer.Option(
+            envvar="LAZARUS_RESOLVE_COORDINATORS",
+            help="Dial every address each --coordinators name resolves to (name a "
+            "headless Service: every replica), skipping for 3 s one that could not be "
+            "reached; re-resolved every 5 s. Off: dial the names as given.",
+        ),
+    ] = False,
     data_dir: Annotated[
         Path,
         typer.Option(
@@ -655,6 +664,7 @@ def node_agent_command(
         settings = AgentSettings(
             node_id=node_id or socket.gethostname(),
             coordinators=parse_addresses(coordinators),
+            resolve_coordinators=resolve_coordinators,
             data_dir=data_dir,
             redis_url=redis_url,
             redis_password=redis_password,

@@ -22,6 +22,12 @@ failed in the same way):
 - When every address is held off, the one whose hold-off ends first (ties in
   list order): a hold-off only reorders dials, it never stops them, so an
   agent with one address (a Kubernetes Service) dials it as before.
+- The first dial goes to ``spread_start(node_id, len(list))``: a fleet given
+  one list spreads over the replicas (with fan-in each holds its share of
+  the Sessions) instead of every agent starting at the first.
+- The list may change (``set_addresses``: an agent that resolves a headless
+  Service's name to every replica's address re-resolves it); hold-offs stay
+  with their addresses.
 - ``failures`` counts failed dials since the last Welcome (a NotLeader is
   not one); the shell's backoff (tenacity's ``wait_random_exponential``)
   grows with it.
@@ -31,15 +37,27 @@ Pure: times are the shell's monotonic seconds, passed in.
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-__all__ = ["HOLD_OFF_S", "DialChoice", "DialPlan"]
+__all__ = ["HOLD_OFF_S", "DialChoice", "DialPlan", "spread_start"]
 
 HOLD_OFF_S = 3.0
 """How long an unreachable replica is skipped: one election lease TTL (3 s), the
 time a crashed leader's replica stays the named leader at most, and about a
 pod restart's lower bound."""
+
+
+def spread_start(node_id: str, count: int) -> int:
+    """Index in ``[0, count)`` of this node's first dial: CRC-32 of the node id.
+
+    Deterministic (a restarted agent starts where it did) and uniform over a
+    fleet's node ids. ``count`` < 1 gives 0.
+    """
+    if count < 1:
+        return 0
+    return zlib.crc32(node_id.encode()) % count
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +103,20 @@ class DialPlan:
         self._index = start % len(self.addresses)
         self._redirect = ""
         self._held_until: dict[str, float] = {}
+
+    def set_addresses(self, addresses: Sequence[str], start: int | None = None) -> None:
+        """Replace the list (a re-resolved name); hold-offs stay with their addresses.
+
+        Args:
+            addresses: the new list, at least one (unchanged when empty).
+            start: where the rotation goes on (a first resolution spreads the
+                fleet); None: the current position, modulo the new length.
+        """
+        if not addresses:
+            return
+        self.addresses = tuple(addresses)
+        position = self._index if start is None else start
+        self._index = position % len(self.addresses)
 
     def redirect(self, address: str) -> None:
         """A NotLeader named ``address`` (the leader): dial it next unless held off."""

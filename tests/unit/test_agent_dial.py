@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from node_agent.core.dial import HOLD_OFF_S, DialPlan
+from node_agent.core.dial import HOLD_OFF_S, DialPlan, spread_start
 
 A, B, C = "a:7070", "b:7070", "c:7070"
 
@@ -124,3 +124,24 @@ def test_it_never_dials_a_held_off_address_while_another_is_free(
             assert choice.address not in held
         assert choice.address not in choice.skipped
         plan.ended(choice.address, now, reachable=reachable, welcomed=False)
+
+
+def test_the_first_dial_spreads_a_fleet_over_the_list() -> None:
+    starts = [spread_start(f"worker-{i}", 3) for i in range(3000)]
+    assert set(starts) == {0, 1, 2}
+    for index in (0, 1, 2):
+        assert 900 <= starts.count(index) <= 1100, starts.count(index)
+    assert spread_start("worker-7", 3) == spread_start("worker-7", 3)  # a restart starts there
+    assert spread_start("worker-7", 0) == 0
+
+
+def test_a_new_list_keeps_the_hold_offs_and_the_position() -> None:
+    plan = DialPlan([A, B], hold_off_s=3.0)
+    assert plan.next(0.0).address == A
+    plan.ended(B, 0.0, reachable=False, welcomed=False)
+    plan.set_addresses([A, B, C])
+    assert _dials(plan, 1.0, 3) == [C, A, C]  # B still held off
+    plan.set_addresses([])  # a resolution that found nothing: unchanged
+    assert plan.addresses == (A, B, C)
+    plan.set_addresses([C, A], start=1)
+    assert plan.next(5.0).address == A

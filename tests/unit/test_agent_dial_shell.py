@@ -13,16 +13,18 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import grpc
 import grpc.aio
+import pytest
 
 from lazarus.v1 import agent_pb2, agent_pb2_grpc
 from node_agent.agent import NodeAgent
-from node_agent.core.dial import DialPlan
+from node_agent.core.dial import DialPlan, spread_start
 from node_agent.sdk import Agent
 from node_agent.settings import AgentSettings
 
@@ -39,27 +41,58 @@ class _Replica(agent_pb2_grpc.AgentServiceServicer):
         yield agent_pb2.CoordinatorMessage()  # pragma: no cover (abort raised)
 
 
-async def _dials_in(tmp_path: Path, seconds: float, hold_off_s: float | None) -> dict[str, int]:
+REPLICAS = (
+    ("down", grpc.StatusCode.UNAVAILABLE),
+    ("b", grpc.StatusCode.FAILED_PRECONDITION),
+    ("c", grpc.StatusCode.FAILED_PRECONDITION),
+)
+
+
+async def _dials_in(
+    tmp_path: Path,
+    seconds: float,
+    hold_off_s: float | None,
+    resolve: bool = False,
+    monkeypatch: pytest.MonkeyPatch | None = None,
+) -> dict[str, int]:
+    """Run the agent's dial loop ``seconds`` against the three replicas; dials by name.
+
+    With ``resolve`` the agent is given one name, ``replicas.test:<port>``,
+    which resolves (a fake ``getaddrinfo``: a headless Service's answer) to
+    the three replicas on 127.0.0.1-3.
+    """
     dials: collections.Counter[str] = collections.Counter()
     servers, addresses = [], []
-    for name, code in (
-        ("down", grpc.StatusCode.UNAVAILABLE),
-        ("b", grpc.StatusCode.FAILED_PRECONDITION),
-        ("c", grpc.StatusCode.FAILED_PRECONDITION),
-    ):
+    port = 0
+    for i, (name, code) in enumerate(REPLICAS):
         server = grpc.aio.server()
         agent_pb2_grpc.add_AgentServiceServicer_to_server(  # type: ignore[no-untyped-call]
             _Replica(name, code, dials), server
         )
-        port = server.add_insecure_port("127.0.0.1:0")
+        host = f"127.0.0.{i + 1}" if resolve else "127.0.0.1"
+        port = server.add_insecure_port(f"{host}:{port if resolve else 0}")
         await server.start()
         servers.append(server)
-        addresses.append(f"127.0.0.1:{port}")
+        addresses.append(f"{host}:{port}")
+    coordinators = (f"replicas.test:{port}",) if resolve else tuple(addresses)
+    if resolve:
+        assert monkeypatch is not None
+        loop = asyncio.get_running_loop()
+
+        async def headless(host: str, port: int, **kw: Any) -> list[Any]:
+            assert host == "replicas.test"
+            return [
+                (socket.AF_INET, socket.SOCK_STREAM, 6, "", (f"127.0.0.{i}", port))
+                for i in (3, 1, 2)
+            ]
+
+        monkeypatch.setattr(loop, "getaddrinfo", headless)
     settings = AgentSettings(
         node_id="n1",
-        coordinators=tuple(addresses),
+        coordinators=coordinators,
         data_dir=tmp_path,
         reconnect_max_backoff_s=0.1,
+        resolve_coordinators=resolve,
     )
     agent = NodeAgent(settings, app=Agent())
     if hold_off_s is not None:
@@ -75,6 +108,8 @@ async def _dials_in(tmp_path: Path, seconds: float, hold_off_s: float | None) ->
             await server.stop(None)
     assert not loop.done() or loop.cancelled()
     dials["held_off_metric"] = int(agent.metrics.dials_held_off._value.get())
+    if resolve:
+        assert agent._dial.addresses == tuple(sorted(addresses))
     return dict(dials)
 
 
@@ -96,7 +131,41 @@ async def test_without_the_hold_off_it_returns_to_the_unreachable_replica(
     assert dials["held_off_metric"] == 0, dials
 
 
+async def test_a_resolved_name_is_dialled_at_every_address_it_names(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with asyncio.timeout(20):
+        dials = await _dials_in(tmp_path, 1.0, None, resolve=True, monkeypatch=monkeypatch)
+    assert dials.get("down") == 1, dials
+    assert dials.get("b", 0) >= 3, dials
+    assert dials.get("c", 0) >= 3, dials
+
+
+async def test_resolution_uses_the_system_resolver_and_keeps_a_name_it_cannot_resolve(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings = AgentSettings(
+        node_id="n1",
+        coordinators=("localhost:7070", "[::1]:7071", "gone.test:7072"),
+        data_dir=tmp_path,
+        resolve_coordinators=True,
+    )
+    agent = NodeAgent(settings, app=Agent())
+    loop = asyncio.get_running_loop()
+    real = loop.getaddrinfo
+
+    async def resolver(host: str, port: int, **kw: Any) -> Any:
+        if host == "gone.test":  # no DNS query leaves this host
+            raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+        return await real(host, port, **kw)
+
+    monkeypatch.setattr(loop, "getaddrinfo", resolver)
+    await agent._resolve_coordinators()
+    assert set(agent._dial.addresses) == {"127.0.0.1:7070", "[::1]:7071", "gone.test:7072"}
+
+
 def test_the_plan_follows_the_settings(tmp_path: Path) -> None:
     settings = AgentSettings(node_id="n1", coordinators=("x:1", "y:1"), data_dir=tmp_path)
     agent = NodeAgent(settings, app=Agent())
     assert agent._dial.addresses == ("x:1", "y:1")
+    assert agent._dial.next(0.0).address == ("x:1", "y:1")[spread_start("n1", 2)]

@@ -435,10 +435,13 @@ def test_in_chart_etcd_and_redis_by_default() -> None:
     envs = {cmd: _container_env("default", c) for cmd, c in _lazarus_containers("default")}
     assert envs["coordinator"]["LAZARUS_ETCD_ENDPOINT"] == f"{etcd_service}:2379"
     assert envs["node-agent"]["LAZARUS_REDIS_URL"] == f"redis://{redis_service}:6379/0"
-    coordinator_service = _one("default", "Service", "-coordinator")["metadata"]["name"]
-    assert (
-        envs["node-agent"]["LAZARUS_COORDINATORS"] == f"{coordinator_service}.{NAMESPACE}.svc:7070"
+    headless = _one("default", "Service", "-coordinator-headless")
+    assert headless["spec"]["clusterIP"] == "None"
+    # Every replica, resolved by the agent (DialPlan skips an unreachable one).
+    assert envs["node-agent"]["LAZARUS_COORDINATORS"] == (
+        f"{headless['metadata']['name']}.{NAMESPACE}.svc:7070"
     )
+    assert envs["node-agent"]["LAZARUS_RESOLVE_COORDINATORS"] == "true"
     for absent in ("LAZARUS_ETCD_USERNAME", "LAZARUS_ETCD_CA_FILE"):
         assert absent not in envs["coordinator"]
         assert absent not in envs["node-agent"]
@@ -749,3 +752,18 @@ def test_coordinators_and_agents_reach_the_in_chart_redis_and_etcd_under_the_pol
     assert admitted(coordinator, agent, grpc_port)
     assert admitted(coordinator, coordinator, grpc_port)  # follower -> leader proxying
     assert not admitted(redis, {"app": "stranger"}, 6379)
+
+
+def test_agents_can_dial_the_clusterip_service_instead() -> None:
+    values = _values("default")
+    values.setdefault("nodeAgent", {})["dialEveryReplica"] = False
+    manifests = _chart().render(values=values, name=RELEASE, namespace=NAMESPACE, is_install=True)
+    text = manifests[next(p for p in manifests if p.endswith("configmap.yaml"))]
+    agent = next(
+        doc
+        for doc in yaml.safe_load_all(text)
+        if doc and doc["metadata"]["name"].endswith("-node-agent")
+    )
+    coordinator_service = _one("default", "Service", "-coordinator")["metadata"]["name"]
+    assert agent["data"]["LAZARUS_COORDINATORS"] == f"{coordinator_service}.{NAMESPACE}.svc:7070"
+    assert "LAZARUS_RESOLVE_COORDINATORS" not in agent["data"]

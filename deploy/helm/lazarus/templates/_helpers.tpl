@@ -117,6 +117,11 @@ LAZARUS_{{ $key | snakecase | upper }}: {{ include "lazarus.settingValue" $value
 {{- printf "%s.%s.svc:%d" (include "lazarus.componentName" (dict "root" . "component" "coordinator")) .Release.Namespace (int .Values.coordinator.grpcPort) -}}
 {{- end -}}
 
+{{/* The coordinators' headless Service address (every replica's record), host:port. */}}
+{{- define "lazarus.coordinatorHeadlessAddress" -}}
+{{- printf "%s-headless.%s.svc:%d" (include "lazarus.componentName" (dict "root" . "component" "coordinator")) .Release.Namespace (int .Values.coordinator.grpcPort) -}}
+{{- end -}}
+
 {{/* Redis AUTH: always for the in-chart Redis (a generated password), or as externalRedis.auth says. */}}
 {{- define "lazarus.redisPasswordSecret" -}}
 {{- if .Values.redis.enabled -}}

@@ -123,7 +123,7 @@ from coordinator.core.relay import (
 from node_agent import core as agent_core
 from node_agent.core import AgentCore, SessionState
 from node_agent.core import records as agent_records
-from node_agent.core.dial import HOLD_OFF_S, DialPlan
+from node_agent.core.dial import HOLD_OFF_S, DialPlan, spread_start
 
 __all__ = [
     "FAULT_KINDS",
@@ -203,7 +203,8 @@ class FanInConfig:
             random each time, the crashed one included (one Kubernetes
             Service address: kube-proxy picks); ``"list"``: the real agent's
             ``node_agent.core.dial.DialPlan`` over every replica (a
-            ``--coordinators`` list, each node starting at its own index),
+            ``--coordinators`` list, each node starting where the agent does,
+            ``spread_start`` of its node id),
             holding off a replica it could not reach for ``dial_hold_off_s``.
         dial_hold_off_s: ``DialPlan``'s hold-off in ``"list"`` mode (node clock).
     """
@@ -1582,7 +1583,7 @@ class FanInSimulation:
             node.dial = DialPlan(
                 sorted(self.replicas),
                 hold_off_s=self.config.dial_hold_off_s,
-                start=int(node.node_id[1:]),
+                start=spread_start(node.node_id, len(self.replicas)),
             )
         gen = node.gen
         self._every(

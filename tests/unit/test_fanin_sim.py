@@ -475,13 +475,13 @@ def _fast_crash_fences(seeds: list[int], **dial: Any) -> list[int]:
 def test_the_agents_dial_plan_keeps_a_crashed_leaders_nodes_attached() -> None:
     # Over seeds 0-499 (docs/fan-in.md §6): a random pick per dial (one
     # Service address) fenced a node in 43 seeds, the plain rotation of a
-    # --coordinators list in 6, DialPlan's 3 s hold-off in 2. Seeds where the
+    # --coordinators list in 7, DialPlan's 3 s hold-off in 1. Seeds where the
     # pick, then the hold-off, is what saves the crashed leader's own agents:
     assert all(_fast_crash_fences([5, 33, 68], agent_dial="service"))
     assert _fast_crash_fences([5, 33, 68], agent_dial="list") == [0, 0, 0]
-    rotation = _fast_crash_fences([46, 457, 481], agent_dial="list", dial_hold_off_s=0.0)
+    rotation = _fast_crash_fences([170, 186, 251], agent_dial="list", dial_hold_off_s=0.0)
     assert all(rotation), rotation
-    assert _fast_crash_fences([46, 457, 481], agent_dial="list") == [0, 0, 0]
+    assert _fast_crash_fences([170, 186, 251], agent_dial="list") == [0, 0, 0]
 
 
 def test_seeds_sweep_with_the_agents_dial_plan() -> None:

@@ -42,6 +42,7 @@ import grpc.aio
 from lazarus.tls import ClientTls, Identity, IdentityKind, init_ca, issue
 from lazarus.v1 import coordinator_pb2, coordinator_pb2_grpc, records_pb2
 from lazarus_dev.localservers import EtcdCluster, EtcdServer, RedisServer, free_loopback_ports
+from node_agent.core.dial import spread_start
 
 __all__ = ["ChildProcess", "ClusterApi", "DevCertificates", "LocalCluster", "json_log_entries"]
 
@@ -335,9 +336,11 @@ class LocalCluster(ClusterApi):
             ``<run_dir>/tls``); False: every coordinator runs ``--auth none``.
         etcd_args: extra arguments for every etcd member (for example
             ``--auto-compaction-mode=revision``, as the chart sets it).
-        spread_agents: agent i lists the coordinators starting at replica
-            i mod n (default: every agent starts at replica 0), so with
-            ``--fan-in`` followers hold Sessions too.
+        spread_agents: agent i first dials replica i mod n (its list is
+            rotated to offset the agent's own ``spread_start``), so with
+            ``--fan-in`` each replica holds a third of the Sessions exactly;
+            default: the list in order, each agent starting where its node id
+            puts it (``node_agent.core.dial.spread_start``).
     """
 
     def __init__(
@@ -499,14 +502,17 @@ class LocalCluster(ClusterApi):
         index = len(self.agents)
         (metrics_port,) = free_loopback_ports(1)
         addresses = list(self.coordinator_addresses)
-        if self.spread_agents and addresses:
-            first = index % len(addresses)
-            addresses = addresses[first:] + addresses[:first]
         args = [*self.agent_args, *extra]  # a later --node-id wins: its certificate too
         node_id = next(
             (args[i + 1] for i in range(len(args) - 2, -1, -1) if args[i] == "--node-id"),
             f"agent-{index}",
         )
+        if self.spread_agents and addresses:
+            # The agent starts at spread_start(node id) of its list: rotate the
+            # list so that place is replica index mod n.
+            n = len(addresses)
+            first = (index - spread_start(node_id, n)) % n
+            addresses = addresses[first:] + addresses[:first]
         child = ChildProcess(
             f"agent-{index}",
             [

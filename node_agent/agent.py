@@ -483,15 +483,18 @@ class NodeAgent:
             if self.stopping:
                 return
             # NotLeader asked for a pause (no leader yet, Hellos deferred) or
-            # named the leader: not a failure, the backoff does not grow.
-            not_leader = self._retry_after_s > 0 or plan.redirect_pending
+            # named a leader it can dial: not a failure, the backoff does not
+            # grow. One naming a held-off replica is: the backoff paces the
+            # dials that go elsewhere instead.
+            redirect_now = plan.redirect_usable(self._now())
+            not_leader = self._retry_after_s > 0 or redirect_now
             plan.ended(
                 target, self._now(), reachable=reachable, welcomed=welcomed, not_leader=not_leader
             )
             if self._retry_after_s > 0:
                 await asyncio.sleep(min(self._retry_after_s, MAX_RETRY_AFTER_S))
                 continue
-            if plan.redirect_pending:
+            if redirect_now:
                 continue
             delay = float(wait(_Attempt(plan.failures + 1)))  # type: ignore[arg-type]
             await asyncio.sleep(delay)

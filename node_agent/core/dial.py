@@ -18,7 +18,11 @@ failed in the same way):
   ``hold_off_s``; one that answered anything (a Welcome, a NotLeader, a
   refusal with a status) is cleared.
 - ``next`` returns a NotLeader's redirect first unless its address is held
-  off; otherwise the next address in list order that is not held off.
+  off; otherwise the next address in list order that is not held off. A
+  NotLeader naming a held-off address (followers name a crashed leader until
+  its lease expires) counts as a failed dial (``redirect_usable``), so the
+  backoff paces the dials that go elsewhere instead of their running back to
+  back.
 - When every address is held off, the one whose hold-off ends first (ties in
   list order): a hold-off only reorders dials, it never stops them, so an
   agent with one address (a Kubernetes Service) dials it as before.
@@ -126,6 +130,15 @@ class DialPlan:
     def redirect_pending(self) -> bool:
         """True while a redirect waits to be dialled."""
         return bool(self._redirect)
+
+    def redirect_usable(self, now: float) -> bool:
+        """A redirect waits and its address is not held off: dial it at once.
+
+        A NotLeader naming a held-off replica (followers name a crashed
+        leader until its lease expires) is no reason to redial without a
+        pause: the next dial goes elsewhere in the list, after the backoff.
+        """
+        return bool(self._redirect) and not self._held(self._redirect, now)
 
     def held_off(self, now: float) -> tuple[str, ...]:
         """Addresses skipped at ``now``, in list order (a redirect's last)."""

@@ -145,3 +145,12 @@ def test_a_new_list_keeps_the_hold_offs_and_the_position() -> None:
     assert plan.addresses == (A, B, C)
     plan.set_addresses([C, A], start=1)
     assert plan.next(5.0).address == A
+
+
+def test_a_redirect_to_a_held_off_replica_is_not_usable() -> None:
+    plan = DialPlan([A, B, C], hold_off_s=3.0)
+    plan.ended(A, 0.0, reachable=False, welcomed=True)  # the leader crashed
+    plan.redirect(A)  # a follower still names it
+    assert plan.redirect_pending
+    assert not plan.redirect_usable(1.0)
+    assert plan.redirect_usable(3.0)  # its hold-off ended

@@ -30,13 +30,26 @@ from node_agent.settings import AgentSettings
 
 
 class _Replica(agent_pb2_grpc.AgentServiceServicer):
-    def __init__(self, name: str, code: grpc.StatusCode, dials: collections.Counter[str]) -> None:
+    def __init__(
+        self,
+        name: str,
+        code: grpc.StatusCode,
+        dials: collections.Counter[str],
+        names_leader: str = "",
+    ) -> None:
         self.name, self.code, self.dials = name, code, dials
+        self.names_leader = names_leader  # answer NotLeader naming this address first
 
     async def Session(
         self, request_iterator: AsyncIterator[Any], context: grpc.aio.ServicerContext[Any, Any]
     ) -> AsyncIterator[Any]:
         self.dials[self.name] += 1
+        if self.names_leader:
+            await context.write(
+                agent_pb2.CoordinatorMessage(
+                    not_leader=agent_pb2.NotLeader(leader_address=self.names_leader)
+                )
+            )
         await context.abort(self.code, f"{self.name} says no")
         yield agent_pb2.CoordinatorMessage()  # pragma: no cover (abort raised)
 
@@ -169,3 +182,42 @@ def test_the_plan_follows_the_settings(tmp_path: Path) -> None:
     agent = NodeAgent(settings, app=Agent())
     assert agent._dial.addresses == ("x:1", "y:1")
     assert agent._dial.next(0.0).address == ("x:1", "y:1")[spread_start("n1", 2)]
+
+
+async def test_followers_naming_a_crashed_leader_do_not_make_the_agent_spin(
+    tmp_path: Path,
+) -> None:
+    # Followers name the crashed leader (held off) with no retry_after: the
+    # agent dials them paced by its backoff, not back to back (with the
+    # redirect treated as usable it dialled them 57 times in this second).
+    dials: collections.Counter[str] = collections.Counter()
+    down = grpc.aio.server()
+    agent_pb2_grpc.add_AgentServiceServicer_to_server(  # type: ignore[no-untyped-call]
+        _Replica("down", grpc.StatusCode.UNAVAILABLE, dials), down
+    )
+    down_address = f"127.0.0.1:{down.add_insecure_port('127.0.0.1:0')}"
+    servers, addresses = [down], [down_address]
+    for name in ("b", "c"):
+        server = grpc.aio.server()
+        agent_pb2_grpc.add_AgentServiceServicer_to_server(  # type: ignore[no-untyped-call]
+            _Replica(name, grpc.StatusCode.UNAVAILABLE, dials, names_leader=down_address),
+            server,
+        )
+        addresses.append(f"127.0.0.1:{server.add_insecure_port('127.0.0.1:0')}")
+        servers.append(server)
+    for server in servers:
+        await server.start()
+    settings = AgentSettings(node_id="n1", coordinators=tuple(addresses), data_dir=tmp_path)
+    agent = NodeAgent(settings, app=Agent())
+    agent._dial = DialPlan(settings.coordinators)  # down first
+    loop = asyncio.create_task(agent._session_loop())
+    try:
+        await asyncio.sleep(1.0)
+    finally:
+        agent._stopping = True
+        loop.cancel()
+        await asyncio.gather(loop, return_exceptions=True)
+        for server in servers:
+            await server.stop(None)
+    assert dials["down"] == 1, dials
+    assert 1 <= dials["b"] + dials["c"] <= 25, dials

@@ -22,7 +22,7 @@ from lazarus_dev.fleetsim import SHAPES, FleetSimulation, SimulationFailure
 from lazarus_dev.fleetsim_sweep import sweep
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from fleetsim_mutations import MUTATION_SEEDS, MUTATIONS, Mutation, first_failure
+from fleetsim_mutations import MUTATION_SEEDS, MUTATIONS, Mutation, first_failure, first_failures
 from test_core_purity import violations
 
 CI_SEEDS = 5000
@@ -116,12 +116,29 @@ def test_there_are_thirteen_mutations_on_both_cores() -> None:
     assert {"agent", "coordinator"} <= sides
 
 
+@pytest.fixture(scope="module")
+def caught() -> dict[str, str | None]:
+    """Every mutation's first failure over ``MUTATION_SEEDS``, on both cores."""
+    return first_failures(range(MUTATION_SEEDS))
+
+
 @pytest.mark.parametrize("mutation", MUTATIONS, ids=lambda m: m.name)
-def test_the_mutations_are_caught(mutation: Mutation) -> None:
-    failure = first_failure(mutation, range(MUTATION_SEEDS))
+def test_the_mutations_are_caught(mutation: Mutation, caught: dict[str, str | None]) -> None:
+    failure = caught[mutation.name]
     assert failure is not None, f"{mutation.name}: no seed of {MUTATION_SEEDS} failed"
-    assert str(failure).startswith("seed=")
-    assert "replay: python -m lazarus_dev.fleetsim --seed" in str(failure)
+    assert failure.startswith("seed=")
+    assert "replay: python -m lazarus_dev.fleetsim --seed" in failure
+
+
+def test_the_parallel_search_finds_what_one_process_finds() -> None:
+    # The first failure of the lowest failing block: the seed a sequential
+    # search stops at (a mutation caught early, and one caught in block 1).
+    # Caught at seed 24: blocks 0 and 1 hold, block 2 fails, block 3 is cancelled.
+    fast = next(m for m in MUTATIONS if m.name == "agent resumes held tasks before a Welcome")
+    parallel = first_failures(range(40), block=10, names=[fast.name])
+    single = first_failure(fast, range(40))
+    assert single is not None
+    assert parallel == {fast.name: str(single)}
 
 
 def test_the_cli_replays_a_seed(capsys: pytest.CaptureFixture[str]) -> None:

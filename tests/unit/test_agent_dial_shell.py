@@ -54,6 +54,20 @@ class _Replica(agent_pb2_grpc.AgentServiceServicer):
         yield agent_pb2.CoordinatorMessage()  # pragma: no cover (abort raised)
 
 
+async def _dial_for(agent: NodeAgent, servers: list[grpc.aio.Server], seconds: float) -> None:
+    """Run the agent's dial loop ``seconds``, then stop it and the servers."""
+    loop = asyncio.create_task(agent._session_loop())
+    try:
+        await asyncio.sleep(seconds)
+        assert not loop.done(), loop  # the loop outlived every refusal
+    finally:
+        agent._stopping = True
+        loop.cancel()
+        await asyncio.gather(loop, return_exceptions=True)
+        for server in servers:
+            await server.stop(None)
+
+
 REPLICAS = (
     ("down", grpc.StatusCode.UNAVAILABLE),
     ("b", grpc.StatusCode.FAILED_PRECONDITION),
@@ -110,16 +124,7 @@ async def _dials_in(
     agent = NodeAgent(settings, app=Agent())
     if hold_off_s is not None:
         agent._dial = DialPlan(settings.coordinators, hold_off_s=hold_off_s)
-    loop = asyncio.create_task(agent._session_loop())
-    try:
-        await asyncio.sleep(seconds)
-    finally:
-        agent._stopping = True
-        loop.cancel()
-        await asyncio.gather(loop, return_exceptions=True)
-        for server in servers:
-            await server.stop(None)
-    assert not loop.done() or loop.cancelled()
+    await _dial_for(agent, servers, seconds)
     dials["held_off_metric"] = int(agent.metrics.dials_held_off._value.get())
     if resolve:
         assert agent._dial.addresses == tuple(sorted(addresses))
@@ -210,14 +215,6 @@ async def test_followers_naming_a_crashed_leader_do_not_make_the_agent_spin(
     settings = AgentSettings(node_id="n1", coordinators=tuple(addresses), data_dir=tmp_path)
     agent = NodeAgent(settings, app=Agent())
     agent._dial = DialPlan(settings.coordinators)  # down first
-    loop = asyncio.create_task(agent._session_loop())
-    try:
-        await asyncio.sleep(1.0)
-    finally:
-        agent._stopping = True
-        loop.cancel()
-        await asyncio.gather(loop, return_exceptions=True)
-        for server in servers:
-            await server.stop(None)
+    await _dial_for(agent, servers, 1.0)
     assert dials["down"] == 1, dials
     assert 1 <= dials["b"] + dials["c"] <= 25, dials

@@ -60,7 +60,7 @@ from heartbeat_bench import WorkerProcess
 
 from lazarus.v1 import agent_pb2, records_pb2
 from lazarus_dev.devcluster import LocalCluster, json_log_entries
-from node_agent.core.dial import DialPlan
+from node_agent.core.dial import DialEnd, DialPlan
 
 RESULTS = RESULTS_DIR / "fanin-failover.json"
 FAULTS = {
@@ -142,29 +142,40 @@ class FanNode:
             async with gate if gate is not None else contextlib.nullcontext():
                 await self._dial()
                 delay = random.uniform(0.05, 0.2)
+                end = DialEnd()  # what the agent's shell reports: judged by the plan
                 try:
                     await self._hello()
                     async with asyncio.timeout(10):
                         reply = await self.call.read()
-                except (grpc.aio.AioRpcError, TimeoutError, asyncio.InvalidStateError):
-                    reply = grpc.aio.EOF
+                except grpc.aio.AioRpcError as exc:
+                    reply, end = grpc.aio.EOF, DialEnd(status=exc.code().name)
+                except TimeoutError:
+                    reply, end = grpc.aio.EOF, DialEnd(silent=True)
+                except asyncio.InvalidStateError:
+                    reply, end = grpc.aio.EOF, DialEnd(broken=True)
                 now = time.monotonic()
+                if reply is grpc.aio.EOF and end == DialEnd():
+                    with contextlib.suppress(Exception):
+                        end = DialEnd(status=(await self.call.code()).name)
                 if reply is not grpc.aio.EOF and reply.WhichOneof("body") == "welcome":
-                    self.plan.ended(self.dialled, now, reachable=True, welcomed=True)
+                    self.plan.ended(self.dialled, now, DialEnd(welcomed=True))
                     self._welcomed(reply.welcome)
                     self._attempt("welcome")
                     return
                 if reply is not grpc.aio.EOF and reply.WhichOneof("body") == "not_leader":
-                    delay = max(delay, reply.not_leader.retry_after_ms / 1000.0)
+                    retry_after_s = reply.not_leader.retry_after_ms / 1000.0
                     redirect = reply.not_leader.leader_address  # "": the next one
                     if redirect:
                         self.plan.redirect(redirect)
-                    self.plan.ended(
-                        self.dialled, now, reachable=True, welcomed=False, not_leader=True
+                    pause = self.plan.ended(
+                        self.dialled,
+                        now,
+                        DialEnd(not_leader=True, retry_after_s=retry_after_s),
                     )
+                    delay = max(delay, pause or 0.0)
                     self._attempt("deferred" if redirect else "no leader")
                 else:
-                    self.plan.ended(self.dialled, now, reachable=False, welcomed=False)
+                    self.plan.ended(self.dialled, now, end)
                     self._attempt("failed")
             await asyncio.sleep(delay)
 
@@ -212,12 +223,10 @@ class FanNode:
                             reason = f"{code.name}: {await self.call.details()}"
                     self.stats.ends.append((time.time(), self.dialled, reason))
                     # As the agent: a transport failure holds the replica off.
-                    broken = code in (
-                        grpc.StatusCode.UNAVAILABLE,
-                        grpc.StatusCode.DEADLINE_EXCEEDED,
-                    )
                     self.plan.ended(
-                        self.dialled, time.monotonic(), reachable=not broken, welcomed=True
+                        self.dialled,
+                        time.monotonic(),
+                        DialEnd(welcomed=True, status=code.name if code is not None else ""),
                     )
                     await asyncio.sleep(random.uniform(0.05, 0.2))
                     await self.connect()

@@ -82,7 +82,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from random import Random
 
@@ -123,7 +123,7 @@ from coordinator.core.relay import (
 from node_agent import core as agent_core
 from node_agent.core import AgentCore, SessionState
 from node_agent.core import records as agent_records
-from node_agent.core.dial import HOLD_OFF_S, DialPlan, spread_start
+from node_agent.core.dial import HOLD_OFF_S, DialEnd, DialPlan
 
 __all__ = [
     "FAULT_KINDS",
@@ -1581,9 +1581,7 @@ class FanInSimulation:
         node.session = None
         if self.config.agent_dial == "list":  # a new process: a new plan, from its list's start
             node.dial = DialPlan(
-                sorted(self.replicas),
-                hold_off_s=self.config.dial_hold_off_s,
-                start=spread_start(node.node_id, len(self.replicas)),
+                sorted(self.replicas), hold_off_s=self.config.dial_hold_off_s, node_id=node.node_id
             )
         gen = node.gen
         self._every(
@@ -1623,17 +1621,21 @@ class FanInSimulation:
             lambda: self._connect(node) if node.gen == gen else None,
         )
 
-    def _dial_ended(self, node: _Node, rid: str, *, reachable: bool) -> None:
-        """Tell the node's ``DialPlan`` (agent_dial "list") how its Session with ``rid`` ended."""
-        if node.dial is not None:
-            node.dial.ended(rid, self._nlocal(node), reachable=reachable, welcomed=node.welcomed)
+    def _dial_ended(self, node: _Node, rid: str, end: DialEnd) -> None:
+        """Tell the node's ``DialPlan`` (agent_dial "list") how its Session with ``rid`` ended.
 
-    def _close_session(self, node: _Node, *, reachable: bool = True) -> None:
+        The pause it returns is not used: the simulated node redials after
+        its own jittered delay (``_reconnect_soon``).
+        """
+        if node.dial is not None:
+            node.dial.ended(rid, self._nlocal(node), replace(end, welcomed=node.welcomed))
+
+    def _close_session(self, node: _Node, *, silent: bool = False) -> None:
         if node.session is None:
             return
         rid, session_id = node.session
         node.session = None
-        self._dial_ended(node, rid, reachable=reachable)
+        self._dial_ended(node, rid, DialEnd(silent=silent))
         replica = self.replicas[rid]
         gen = replica.gen
         self._send(
@@ -1655,7 +1657,7 @@ class FanInSimulation:
             and node.hello_deadline_s is not None
             and now >= node.hello_deadline_s
         ):
-            self._close_session(node, reachable=False)  # nothing came back
+            self._close_session(node, silent=True)  # nothing came back
 
     def _node_exec(self, node: _Node, commands: list[agent_core.Command]) -> None:
         for command in commands:
@@ -1702,7 +1704,7 @@ class FanInSimulation:
         if node.agent is None or node.session != session:
             return
         node.session = None
-        self._dial_ended(node, session[0], reachable=False)
+        self._dial_ended(node, session[0], DialEnd(status="UNAVAILABLE"))
         self._node_exec(node, node.agent.on_session_closed(self._nlocal(node), "stream broken"))
         self._reconnect_soon(node)
 

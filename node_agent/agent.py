@@ -63,7 +63,7 @@ from node_agent.core import (
     StopTask,
     lineage,
 )
-from node_agent.core.dial import DialPlan, spread_start
+from node_agent.core.dial import DialEnd, DialPlan
 from node_agent.core.records import LineageReport
 from node_agent.core.redisloss import generation_reset
 from node_agent.isolation import WorkerRedis
@@ -236,11 +236,7 @@ class NodeAgent:
         self._tasks: list[asyncio.Task[None]] = []
         self._outbound: asyncio.Queue[agent_pb2.AgentMessage] | None = None
         self._call: Any = None
-        self._dial = DialPlan(
-            settings.coordinators,
-            start=spread_start(settings.node_id, len(settings.coordinators)),
-        )
-        self._resolved: tuple[str, ...] = ()
+        self._dial = DialPlan(settings.coordinators, node_id=settings.node_id)
         self._retry_after_s = 0.0
         self._close_requested = asyncio.Event()  # the core said CloseSession
         self.shared: SharedDocuments | None = None
@@ -479,32 +475,22 @@ class NodeAgent:
                 )
             target = choice.address
             self._retry_after_s = 0.0
-            welcomed, reachable = await self._one_session(target)
+            end = await self._one_session(target)
             if self.stopping:
                 return
-            # NotLeader asked for a pause (no leader yet, Hellos deferred) or
-            # named a leader it can dial: not a failure, the backoff does not
-            # grow. One naming a held-off replica is: the backoff paces the
-            # dials that go elsewhere instead.
-            redirect_now = plan.redirect_usable(self._now())
-            not_leader = self._retry_after_s > 0 or redirect_now
-            plan.ended(
-                target, self._now(), reachable=reachable, welcomed=welcomed, not_leader=not_leader
-            )
-            if self._retry_after_s > 0:
-                await asyncio.sleep(min(self._retry_after_s, MAX_RETRY_AFTER_S))
-                continue
-            if redirect_now:
-                continue
-            delay = float(wait(_Attempt(plan.failures + 1)))  # type: ignore[arg-type]
-            await asyncio.sleep(delay)
+            pause = plan.ended(target, self._now(), end)
+            if pause is None:  # a failed dial: back off by the failures since a Welcome
+                pause = float(wait(_Attempt(plan.failures + 1)))  # type: ignore[arg-type]
+            if pause > 0:
+                await asyncio.sleep(pause)
 
     async def _resolve_coordinators(self) -> None:
         """Dial every address the ``--coordinators`` names resolve to (``resolve_coordinators``).
 
         A name that does not resolve (DNS down, no such name, slower than
         ``rpc_timeout_s``) is kept as given, so the dial still goes somewhere;
-        the first resolution starts this node's rotation at ``spread_start``.
+        the first resolution starts this node's rotation at ``spread_start``
+        (``DialPlan.set_addresses``).
         """
         loop = asyncio.get_running_loop()
         addresses: list[str] = []
@@ -526,26 +512,18 @@ class NodeAgent:
                 if address not in addresses:
                     addresses.append(address)
         resolved = tuple(sorted(addresses))
-        if not resolved or resolved == self._resolved:
-            return
-        first = not self._resolved
-        self._resolved = resolved
-        self._dial.set_addresses(
-            resolved, start=spread_start(self.settings.node_id, len(resolved)) if first else None
-        )
-        _log.info("coordinators resolved to %s", ", ".join(resolved))
+        if self._dial.set_addresses(resolved):
+            _log.info("coordinators resolved to %s", ", ".join(resolved))
 
-    async def _one_session(self, target: str) -> tuple[bool, bool]:
-        """One Session with ``target``: (a Welcome came, ``target`` was reachable).
+    async def _one_session(self, target: str) -> DialEnd:
+        """One Session with ``target``: what was seen of it, for ``DialPlan.ended`` to judge.
 
-        Unreachable (``DialPlan.ended``): the dial or the stream failed in
-        transport (UNAVAILABLE, DEADLINE_EXCEEDED, an exception of the channel)
-        or nothing came for ``rpc_timeout_s``; a replica that ended the call
-        with any other status, or after a NotLeader, answered.
+        Facts only: whether a Welcome or a NotLeader came, the status the call
+        ended with, silence for ``rpc_timeout_s``, a call broken outside
+        gRPC's statuses, and the pause a CloseSession asked for.
         """
-        welcomed = False
-        reachable = True
-        not_leader = False
+        welcomed = not_leader = silent = broken = False
+        status = ""
         outbound: asyncio.Queue[agent_pb2.AgentMessage] = asyncio.Queue()
         reason = "closed"
         try:
@@ -592,7 +570,7 @@ class NodeAgent:
                                 reason = (
                                     f"nothing from {target} for {self.settings.rpc_timeout_s:g} s"
                                 )
-                                reachable = False
+                                silent = True
                             break
                         if read.cancelled():
                             # grpc-python cancels the whole call when a write of it
@@ -600,7 +578,7 @@ class NodeAgent:
                             # overloaded leader): the read then ends cancelled, not
                             # with an AioRpcError. The Session is over; dial again.
                             reason = f"the call to {target} was cancelled under us"
-                            reachable = False
+                            broken = True
                             break
                         msg = read.result()
                         if msg is grpc.aio.EOF:
@@ -621,9 +599,7 @@ class NodeAgent:
                             await self._execute(step)
                             continue
                         if body == "not_leader":
-                            # The abort that follows it is the replica's answer,
-                            # not a transport failure.
-                            not_leader = True
+                            not_leader = True  # the abort that follows is its answer
                         elif body == "welcome":
                             welcomed = True
                             self._sessions += 1
@@ -646,11 +622,8 @@ class NodeAgent:
                         await writer
                     call.cancel()
         except grpc.aio.AioRpcError as exc:
-            reason = f"{exc.code().name}: {exc.details()}"
-            reachable = exc.code() not in (
-                grpc.StatusCode.UNAVAILABLE,
-                grpc.StatusCode.DEADLINE_EXCEEDED,
-            )
+            status = exc.code().name
+            reason = f"{status}: {exc.details()}"
             if exc.code() is grpc.StatusCode.FAILED_PRECONDITION:
                 # An identity conflict (another live process holds our node id)
                 # or a protocol mismatch: nothing runs here; retry with backoff.
@@ -675,11 +648,11 @@ class NodeAgent:
             # A CancelledError of the gRPC call's own, not of this task: ending the
             # session loop here would leave a live process that never dials again.
             reason = "the gRPC call was cancelled"
-            reachable = False
+            broken = True
             _log.warning("session with %s ended: %s; dialling again", target, reason)
         except Exception as exc:
             reason = repr(exc)
-            reachable = False
+            broken = True
             _log.warning("session with %s failed: %r", target, exc)
         finally:
             self._call = None
@@ -688,7 +661,14 @@ class NodeAgent:
                 self.shared.session_closed()
             async with self._lock:
                 await self._execute(self.core.on_session_closed(self._now(), reason))
-        return welcomed, reachable or not_leader
+        return DialEnd(
+            welcomed=welcomed,
+            not_leader=not_leader,
+            retry_after_s=self._retry_after_s,
+            status=status,
+            silent=silent,
+            broken=broken,
+        )
 
     async def _process(self, inbox: asyncio.Queue[agent_pb2.CoordinatorMessage]) -> None:
         """Apply the leader's messages in order (a CloseSession ends the reader).

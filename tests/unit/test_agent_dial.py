@@ -6,9 +6,18 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from node_agent.core.dial import HOLD_OFF_S, DialPlan, spread_start
+from node_agent.core.dial import (
+    HOLD_OFF_S,
+    MAX_RETRY_AFTER_S,
+    DialEnd,
+    DialPlan,
+    spread_start,
+)
 
 A, B, C = "a:7070", "b:7070", "c:7070"
+DOWN = DialEnd(status="UNAVAILABLE")  # connect refused, or the stream broke
+CRASHED = DialEnd(welcomed=True, status="UNAVAILABLE")  # a Welcomed Session broke
+REFUSED = DialEnd(status="FAILED_PRECONDITION")  # an answer with a status
 
 
 def _dials(plan: DialPlan, now: float, count: int) -> list[str]:
@@ -23,7 +32,7 @@ def test_without_failures_it_rotates_through_the_list() -> None:
 def test_an_unreachable_replica_is_skipped_until_its_hold_off_ends() -> None:
     plan = DialPlan([A, B, C], hold_off_s=3.0)
     assert plan.next(0.0).address == A
-    plan.ended(A, 0.1, reachable=False, welcomed=True)  # its Session broke: it crashed
+    plan.ended(A, 0.1, CRASHED)  # its Session broke: it crashed
     choices = [plan.next(1.0) for _ in range(4)]
     assert [c.address for c in choices] == [B, C, B, C]
     assert choices[1].skipped == ()
@@ -35,8 +44,8 @@ def test_an_unreachable_replica_is_skipped_until_its_hold_off_ends() -> None:
 
 def test_a_replica_that_answers_is_cleared() -> None:
     plan = DialPlan([A, B], hold_off_s=3.0)
-    plan.ended(A, 0.0, reachable=False, welcomed=False)
-    plan.ended(A, 0.5, reachable=True, welcomed=False)  # e.g. a refusal with a status
+    plan.ended(A, 0.0, DOWN)
+    plan.ended(A, 0.5, REFUSED)  # e.g. a refusal with a status
     assert _dials(plan, 1.0, 2) == [A, B]
 
 
@@ -49,7 +58,7 @@ def test_a_redirect_comes_first_unless_it_is_held_off() -> None:
     assert not plan.redirect_pending
     assert plan.next(0.0).address == A  # the rotation did not move
 
-    plan.ended(B, 0.0, reachable=False, welcomed=False)
+    plan.ended(B, 0.0, DOWN)
     plan.redirect(B)  # a NotLeader naming the replica that just refused us
     choice = plan.next(1.0)
     assert (choice.address, choice.redirected, choice.skipped) == (C, False, (B,))
@@ -58,9 +67,9 @@ def test_a_redirect_comes_first_unless_it_is_held_off() -> None:
 
 def test_when_all_are_held_off_it_dials_the_one_whose_hold_off_ends_first() -> None:
     plan = DialPlan([A, B, C], hold_off_s=3.0)
-    plan.ended(B, 0.0, reachable=False, welcomed=False)
-    plan.ended(C, 1.0, reachable=False, welcomed=False)
-    plan.ended(A, 2.0, reachable=False, welcomed=False)
+    plan.ended(B, 0.0, DOWN)
+    plan.ended(C, 1.0, DOWN)
+    plan.ended(A, 2.0, DOWN)
     choice = plan.next(2.5)
     assert choice.address == B
     assert set(choice.skipped) == {A, C}
@@ -68,24 +77,27 @@ def test_when_all_are_held_off_it_dials_the_one_whose_hold_off_ends_first() -> N
 
 def test_one_address_is_always_dialled() -> None:
     plan = DialPlan(["coordinator.lazarus.svc:7070"])
-    plan.ended("coordinator.lazarus.svc:7070", 0.0, reachable=False, welcomed=False)
+    plan.ended("coordinator.lazarus.svc:7070", 0.0, DOWN)
     assert _dials(plan, 0.5, 2) == ["coordinator.lazarus.svc:7070"] * 2
 
 
 def test_a_zero_hold_off_is_plain_rotation() -> None:
     plan = DialPlan([A, B, C], hold_off_s=0.0)
-    plan.ended(B, 0.0, reachable=False, welcomed=False)
+    plan.ended(B, 0.0, DOWN)
     assert _dials(plan, 0.0, 3) == [A, B, C]
 
 
 def test_failures_count_dials_since_the_last_welcome_not_not_leaders() -> None:
     plan = DialPlan([A, B])
-    plan.ended(A, 0.0, reachable=False, welcomed=False)
-    plan.ended(B, 0.0, reachable=True, welcomed=False)
+    plan.ended(A, 0.0, DOWN)
+    plan.ended(B, 0.0, REFUSED)
     assert plan.failures == 2
-    plan.ended(A, 0.0, reachable=True, welcomed=False, not_leader=True)
+    assert plan.ended(A, 0.0, DialEnd(not_leader=True, retry_after_s=0.2)) == 0.2
+    assert plan.failures == 2  # a NotLeader that asked for a pause
+    plan.redirect(B)
+    assert plan.ended(A, 0.0, DialEnd(not_leader=True)) == 0.0  # dial the leader at once
     assert plan.failures == 2
-    plan.ended(B, 0.0, reachable=False, welcomed=True)
+    plan.ended(B, 0.0, CRASHED)
     assert plan.failures == 0
 
 
@@ -123,7 +135,7 @@ def test_it_never_dials_a_held_off_address_while_another_is_free(
         if held != {A, B, C}:
             assert choice.address not in held
         assert choice.address not in choice.skipped
-        plan.ended(choice.address, now, reachable=reachable, welcomed=False)
+        plan.ended(choice.address, now, REFUSED if reachable else DOWN)
 
 
 def test_the_first_dial_spreads_a_fleet_over_the_list() -> None:
@@ -138,18 +150,42 @@ def test_the_first_dial_spreads_a_fleet_over_the_list() -> None:
 def test_a_new_list_keeps_the_hold_offs_and_the_position() -> None:
     plan = DialPlan([A, B], hold_off_s=3.0)
     assert plan.next(0.0).address == A
-    plan.ended(B, 0.0, reachable=False, welcomed=False)
-    plan.set_addresses([A, B, C])
+    plan.ended(B, 0.0, DOWN)
+    assert plan.set_addresses([A, B, C])
     assert _dials(plan, 1.0, 3) == [C, A, C]  # B still held off
-    plan.set_addresses([])  # a resolution that found nothing: unchanged
+    assert not plan.set_addresses([])  # a resolution that found nothing: unchanged
+    assert not plan.set_addresses([A, B, C])
     assert plan.addresses == (A, B, C)
-    plan.set_addresses([C, A], start=1)
-    assert plan.next(5.0).address == A
+
+
+def test_the_first_dial_and_the_first_resolved_list_start_at_the_nodes_spread() -> None:
+    node = next(f"n{i}" for i in range(100) if spread_start(f"n{i}", 3) == 2)
+    plan = DialPlan([A, B, C], node_id=node)
+    assert plan.next(0.0).address == C
+    plan = DialPlan(["svc:7070"], node_id=node)  # a headless name, resolved later
+    assert plan.set_addresses([A, B, C])
+    assert plan.next(0.0).address == C
+    assert plan.set_addresses([A, B])  # later lists go on from the position
+    assert plan.next(0.0).address == A
+    assert DialPlan([A, B, C], node_id=node, start=0).next(0.0).address == A
+
+
+def test_how_a_dial_ended_is_judged() -> None:
+    assert not DOWN.reachable
+    assert not DialEnd(status="DEADLINE_EXCEEDED").reachable
+    assert not DialEnd(silent=True).reachable
+    assert not DialEnd(broken=True).reachable
+    assert REFUSED.reachable
+    assert DialEnd().reachable  # the coordinator ended the stream
+    assert DialEnd(not_leader=True, status="UNAVAILABLE").reachable  # the abort after it
+    plan = DialPlan([A, B])
+    assert plan.ended(A, 0.0, DOWN) is None  # back off
+    assert plan.ended(A, 0.0, DialEnd(not_leader=True, retry_after_s=60.0)) == MAX_RETRY_AFTER_S
 
 
 def test_a_redirect_to_a_held_off_replica_is_not_usable() -> None:
     plan = DialPlan([A, B, C], hold_off_s=3.0)
-    plan.ended(A, 0.0, reachable=False, welcomed=True)  # the leader crashed
+    plan.ended(A, 0.0, CRASHED)  # the leader crashed
     plan.redirect(A)  # a follower still names it
     assert plan.redirect_pending
     assert not plan.redirect_usable(1.0)

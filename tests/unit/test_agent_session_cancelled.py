@@ -80,8 +80,8 @@ async def test_a_cancelled_call_ends_the_session_not_the_agent(tmp_path: Path) -
     tls = _Tls()
     agent = _agent(tmp_path, tls)
     async with asyncio.timeout(10):
-        welcomed, reachable = await agent._one_session("c1:1")  # returns: does not raise
-    assert (welcomed, reachable) == (False, False)
+        end = await agent._one_session("c1:1")  # returns: does not raise
+    assert (end.welcomed, end.reachable, end.broken) == (False, False, True)
     assert tls.calls
     assert tls.calls[0].cancelled
 

@@ -6,9 +6,12 @@ Lazarus's own code moved. This isolates the library: a ``grpc.aio`` server
 with one bidirectional stream (no Lazarus code at all) reads a message and
 writes one back, as a leader does per Forward batch and a replica does per
 agent heartbeat; a client process paces the requests at a fixed rate. The
-server's CPU time (user + system, from /proc) over the hold, divided by the
-round trips, is the figure; with no call open it idles at about 0.05 % of a
-core, so nearly all of it is per message.
+server's CPU time over the hold (user + system of all its threads, read by
+the server itself with ``time.process_time``, nanosecond resolution, and
+passed over a pipe: /proc's clock ticks of 10 ms could read 0 for a quick
+run's 40 round trips), divided by the round trips, is the figure; with no
+call open it idles at about 0.05 % of a core, so nearly all of it is per
+message.
 
 Messages are ``ForwardBatch`` es of ``--entries`` heartbeat acks (a fan-in
 batch's shape); serialising them is a microsecond or two of that.
@@ -21,11 +24,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import multiprocessing
-import os
 import socket
 import statistics
 import sys
+import threading
 import time
+from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
@@ -51,8 +55,18 @@ def _batch(entries: int) -> replica_pb2.ForwardBatch:
     return batch
 
 
-def _serve(port: int, entries: int) -> None:
+def _serve(port: int, entries: int, cpu: Connection) -> None:
     import grpc
+
+    def answer_cpu() -> None:  # each request on the pipe: this process's CPU seconds
+        while True:
+            try:
+                cpu.recv()
+            except EOFError:
+                return
+            cpu.send(time.process_time())
+
+    threading.Thread(target=answer_cpu, name="cpu", daemon=True).start()
 
     async def main() -> None:
         reply = _batch(entries)
@@ -77,7 +91,7 @@ def _serve(port: int, entries: int) -> None:
     asyncio.run(main())
 
 
-async def _drive(port: int, entries: int, rate: float, seconds: float, pid: int) -> float:
+async def _drive(port: int, entries: int, rate: float, seconds: float, cpu: Connection) -> float:
     """Round trips at ``rate`` for ``seconds``; the server's CPU µs per round trip."""
     import grpc
 
@@ -100,16 +114,19 @@ async def _drive(port: int, entries: int, rate: float, seconds: float, pid: int)
 
         await trips(max(5, int(rate)))  # warm up: the stream, the server's first calls
         count = max(10, int(rate * seconds))
-        before = _cpu_s(pid)
+        before = _server_cpu_s(cpu)
         await trips(count)
-        after = _cpu_s(pid)
+        after = _server_cpu_s(cpu)
         await call.done_writing()
     return 1e6 * (after - before) / count
 
 
-def _cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+def _server_cpu_s(cpu: Connection) -> float:
+    """The server process's CPU seconds so far, as it reads them itself."""
+    cpu.send(None)
+    if not cpu.poll(10.0):
+        raise RuntimeError("the bench server did not report its CPU time within 10 s")
+    return float(cpu.recv())
 
 
 def _free_port() -> int:
@@ -122,16 +139,16 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
     rows = []
     for entries in args.entries:
         port = _free_port()
+        cpu, server_end = multiprocessing.Pipe()
         server = multiprocessing.get_context("spawn").Process(
-            target=_serve, args=(port, entries), daemon=True
+            target=_serve, args=(port, entries, server_end), daemon=True
         )
         server.start()
         try:
             time.sleep(1.0)
-            assert server.pid is not None
             for rate in args.rates:
                 samples = [
-                    asyncio.run(_drive(port, entries, rate, args.hold_s, server.pid))
+                    asyncio.run(_drive(port, entries, rate, args.hold_s, cpu))
                     for _ in range(args.rounds)
                 ]
                 row = {

@@ -261,6 +261,9 @@ class DialPlan:
             None: back off by ``failures`` (the shell's jittered exponential
             backoff).
         """
+        # Drop expired hold-offs: one of an address a re-resolution dropped (a
+        # pod back under a new address) is never read again, and would stay.
+        self._held_until = {a: t for a, t in self._held_until.items() if t > now}
         if not end.reachable:
             if self.hold_off_s > 0:
                 self._held_until[address] = now + self.hold_off_s

@@ -158,6 +158,15 @@ def test_a_new_list_keeps_the_hold_offs_and_the_position() -> None:
     assert plan.addresses == (A, B, C)
 
 
+def test_hold_offs_of_addresses_gone_from_the_list_do_not_pile_up() -> None:
+    plan = DialPlan([A], hold_off_s=3.0)
+    for i in range(100):  # a pod restarted again and again, a new address each time
+        address = f"10.0.0.{i}:7070"
+        plan.set_addresses([address])
+        plan.ended(address, float(i), DOWN)
+    assert len(plan._held_until) <= 4
+
+
 def test_the_first_dial_and_the_first_resolved_list_start_at_the_nodes_spread() -> None:
     node = next(f"n{i}" for i in range(100) if spread_start(f"n{i}", 3) == 2)
     plan = DialPlan([A, B, C], node_id=node)

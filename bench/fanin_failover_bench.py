@@ -142,7 +142,7 @@ class FanNode:
             async with gate if gate is not None else contextlib.nullcontext():
                 await self._dial()
                 delay = random.uniform(0.05, 0.2)
-                end = DialEnd()  # what the agent's shell reports: judged by the plan
+                end: DialEnd | None = None  # what the agent's shell reports: judged by the plan
                 try:
                     await self._hello()
                     async with asyncio.timeout(10):
@@ -154,9 +154,11 @@ class FanNode:
                 except asyncio.InvalidStateError:
                     reply, end = grpc.aio.EOF, DialEnd(broken=True)
                 now = time.monotonic()
-                if reply is grpc.aio.EOF and end == DialEnd():
-                    with contextlib.suppress(Exception):
-                        end = DialEnd(status=(await self.call.code()).name)
+                if end is None:  # ended without an error: by the status it carries, if any
+                    end = DialEnd()
+                    if reply is grpc.aio.EOF:
+                        with contextlib.suppress(Exception):
+                            end = DialEnd(status=(await self.call.code()).name)
                 if reply is not grpc.aio.EOF and reply.WhichOneof("body") == "welcome":
                     self.plan.ended(self.dialled, now, DialEnd(welcomed=True))
                     self._welcomed(reply.welcome)

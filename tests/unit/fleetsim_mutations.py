@@ -24,6 +24,7 @@ from coordinator.core.tasks import TaskTrigger
 from lazarus.v1 import agent_pb2
 from lazarus_dev import fleetsim
 from lazarus_dev.fleetsim import FleetConfig
+from lazarus_dev.fleetsim_sweep import default_workers
 from node_agent import core as agent_core
 from node_agent.core import AgentCore, SessionState, SlotState
 from node_agent.core import records as agent_records
@@ -314,9 +315,10 @@ def first_failure_message(name: str, start: int, stop: int) -> str | None:
 
 
 def first_failures(
-    seeds: range, block: int = 100, workers: int = 2, names: list[str] | None = None
+    seeds: range, block: int = 100, workers: int | None = None, names: list[str] | None = None
 ) -> dict[str, str | None]:
-    """Every mutation's first failure over ``seeds``, found on ``workers`` spawned processes.
+    """Every mutation's first failure over ``seeds``, found on ``workers`` spawned processes
+    (None: ``lazarus_dev.fleetsim_sweep.default_workers()``, as the seed sweeps use).
 
     Each mutation's seeds are cut into blocks of ``block``; all blocks are
     queued, block 0 of every mutation first, and once a block of a mutation
@@ -328,7 +330,7 @@ def first_failures(
     bounds = [(a, min(a + block, seeds.stop)) for a in range(seeds.start, seeds.stop, block)]
     names = names or [m.name for m in MUTATIONS]
     context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+    with ProcessPoolExecutor(max_workers=workers or default_workers(), mp_context=context) as pool:
         futures: dict[str, list[Future[str | None]]] = {name: [] for name in names}
         for a, b in bounds:  # block 0 of every mutation first, then block 1, ...
             for name in names:

@@ -54,6 +54,15 @@ class _Replica(agent_pb2_grpc.AgentServiceServicer):
         yield agent_pb2.CoordinatorMessage()  # pragma: no cover (abort raised)
 
 
+async def _serve(replica: _Replica, host: str = "127.0.0.1", port: int = 0) -> tuple[Any, str]:
+    """A started gRPC server answering as ``replica`` on ``host:port`` (0: any), and its address."""
+    server = grpc.aio.server()
+    agent_pb2_grpc.add_AgentServiceServicer_to_server(replica, server)  # type: ignore[no-untyped-call]
+    port = server.add_insecure_port(f"{host}:{port}")
+    await server.start()
+    return server, f"{host}:{port}"
+
+
 async def _dial_for(agent: NodeAgent, servers: list[grpc.aio.Server], seconds: float) -> None:
     """Run the agent's dial loop ``seconds``, then stop it and the servers."""
     loop = asyncio.create_task(agent._session_loop())
@@ -92,15 +101,11 @@ async def _dials_in(
     servers, addresses = [], []
     port = 0
     for i, (name, code) in enumerate(REPLICAS):
-        server = grpc.aio.server()
-        agent_pb2_grpc.add_AgentServiceServicer_to_server(  # type: ignore[no-untyped-call]
-            _Replica(name, code, dials), server
-        )
         host = f"127.0.0.{i + 1}" if resolve else "127.0.0.1"
-        port = server.add_insecure_port(f"{host}:{port if resolve else 0}")
-        await server.start()
+        server, address = await _serve(_Replica(name, code, dials), host, port if resolve else 0)
+        port = int(address.rpartition(":")[2])
         servers.append(server)
-        addresses.append(f"{host}:{port}")
+        addresses.append(address)
     coordinators = (f"replicas.test:{port}",) if resolve else tuple(addresses)
     if resolve:
         assert monkeypatch is not None
@@ -196,22 +201,14 @@ async def test_followers_naming_a_crashed_leader_do_not_make_the_agent_spin(
     # agent dials them paced by its backoff, not back to back (with the
     # redirect treated as usable it dialled them 57 times in this second).
     dials: collections.Counter[str] = collections.Counter()
-    down = grpc.aio.server()
-    agent_pb2_grpc.add_AgentServiceServicer_to_server(  # type: ignore[no-untyped-call]
-        _Replica("down", grpc.StatusCode.UNAVAILABLE, dials), down
-    )
-    down_address = f"127.0.0.1:{down.add_insecure_port('127.0.0.1:0')}"
+    down, down_address = await _serve(_Replica("down", grpc.StatusCode.UNAVAILABLE, dials))
     servers, addresses = [down], [down_address]
     for name in ("b", "c"):
-        server = grpc.aio.server()
-        agent_pb2_grpc.add_AgentServiceServicer_to_server(  # type: ignore[no-untyped-call]
-            _Replica(name, grpc.StatusCode.UNAVAILABLE, dials, names_leader=down_address),
-            server,
+        server, address = await _serve(
+            _Replica(name, grpc.StatusCode.UNAVAILABLE, dials, names_leader=down_address)
         )
-        addresses.append(f"127.0.0.1:{server.add_insecure_port('127.0.0.1:0')}")
         servers.append(server)
-    for server in servers:
-        await server.start()
+        addresses.append(address)
     settings = AgentSettings(node_id="n1", coordinators=tuple(addresses), data_dir=tmp_path)
     agent = NodeAgent(settings, app=Agent())
     agent._dial = DialPlan(settings.coordinators)  # down first

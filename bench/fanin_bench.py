@@ -96,19 +96,21 @@ def _forward_counters(url: str) -> dict[str, float]:
     return found
 
 
-async def _spy(prefix: Path | None, pid: int, hold_s: float) -> asyncio.subprocess.Process | None:
+async def _spy(
+    prefix: Path | None, pid: int, hold_s: float, role: str = ""
+) -> asyncio.subprocess.Process | None:
     """Start ``py-spy record`` on ``pid`` for the hold, or None without a prefix.
 
     Writes collapsed stacks (``-f raw``, 200 samples/s, non-blocking, only
     the thread holding the GIL: CPU, not waits) to the first free
-    ``<prefix>-<n>.txt``.
+    ``<prefix><role>-<n>.txt``.
     """
     if prefix is None:
         return None
     n = 1
-    while prefix.with_name(f"{prefix.name}-{n}.txt").exists():
+    while prefix.with_name(f"{prefix.name}{role}-{n}.txt").exists():
         n += 1
-    out = prefix.with_name(f"{prefix.name}-{n}.txt")
+    out = prefix.with_name(f"{prefix.name}{role}-{n}.txt")
     return await asyncio.create_subprocess_exec(
         str(Path(sys.executable).with_name("py-spy")),
         "record",
@@ -140,9 +142,10 @@ async def _round(
 ) -> dict[str, Any]:
     """Attach ``nodes`` simulated nodes by ``placement``, hold, measure, detach.
 
-    With ``py_spy`` (a path prefix), the leader is sampled by ``py-spy record``
-    over the hold of a ``followers`` round, into ``<prefix>-<n>.txt`` (collapsed
-    stacks, one round each): where the leader's per-heartbeat CPU goes.
+    With ``py_spy`` (a path prefix), the leader and the first follower are
+    sampled by ``py-spy record`` over the hold of a ``followers`` round, into
+    ``<prefix>-<n>.txt`` and ``<prefix>-follower-<n>.txt`` (collapsed stacks,
+    one round each): where each side's per-heartbeat CPU goes.
     """
     followers = [i for i in range(len(cluster.coordinators)) if i != leader]
     targets = [leader, leader] if placement == "leader" else followers
@@ -162,10 +165,15 @@ async def _round(
         counters_before = await asyncio.to_thread(_forward_counters, url)
         cpu_before = [_cpu_s(p) for p in pids]
         started = time.monotonic()
-        spy = await _spy(py_spy if placement == "followers" else None, pids[leader], hold_s)
+        spying = py_spy if placement == "followers" else None
+        spies = [
+            await _spy(spying, pids[leader], hold_s),
+            await _spy(spying, pids[followers[0]], hold_s, "-follower"),
+        ]
         await asyncio.sleep(hold_s)
-        if spy is not None:
-            await asyncio.wait_for(spy.wait(), timeout=30)
+        for spy in spies:
+            if spy is not None:
+                await asyncio.wait_for(spy.wait(), timeout=30)
         cpu_after = [_cpu_s(p) for p in pids]
         seconds = time.monotonic() - started
         counters_after = await asyncio.to_thread(_forward_counters, url)
@@ -437,8 +445,9 @@ def main(argv: list[str] | None = None) -> int:
         type=Path,
         default=None,
         metavar="PREFIX",
-        help="sample the leader with py-spy over each followers round (collapsed stacks "
-        "in PREFIX-<n>.txt; adds the sampler's CPU to the machine, not to the leader)",
+        help="sample the leader and the first follower with py-spy over each followers "
+        "round (collapsed stacks in PREFIX-<n>.txt and PREFIX-follower-<n>.txt; adds the "
+        "sampler's CPU to the machine, not to the replicas)",
     )
     args = parser.parse_args(argv)
     if args.quick:

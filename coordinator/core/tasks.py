@@ -26,12 +26,17 @@ the PENDING set, tasks with a deadline, tasks with a move in progress.
 
 from __future__ import annotations
 
+import collections
 import enum
+import operator
 
 from coordinator.core.errors import InvariantViolation
 from coordinator.core.records import TaskRecord, TaskState
 
 __all__ = ["TASK_TRANSITIONS", "TaskTable", "TaskTrigger", "check_task_shape"]
+
+
+_STATE = operator.attrgetter("state")
 
 
 class TaskTrigger(enum.Enum):
@@ -149,10 +154,7 @@ class TaskTable:
 
     def counts_by_state(self) -> dict[TaskState, int]:
         """Task counts for every state with at least one task (no sort, no copy)."""
-        counts: dict[TaskState, int] = {}
-        for task in self._tasks.values():
-            counts[task.state] = counts.get(task.state, 0) + 1
-        return counts
+        return collections.Counter(map(_STATE, self._tasks.values()))
 
     def records(self) -> list[TaskRecord]:
         """Every task, sorted by id."""

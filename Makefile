@@ -13,7 +13,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 PACKAGES := lazarus lazarus_dev coordinator node_agent reconcile
 PYTEST_ARGS ?=
 
-.PHONY: help setup system-deps venv test lint typecheck pytest demo chaos-soak proto lock bench sim fuzz clean image container-drill
+.PHONY: help setup system-deps venv test lint typecheck pytest demo chaos-soak chaos-soak-fan-in proto lock bench sim fuzz clean image container-drill
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 14
@@ -60,6 +60,9 @@ demo: setup  ## every recovery drill on a fresh local cluster (see README)
 
 chaos-soak: setup  ## 20 seeded chaos drills of 60 s in a row (about 40 min; not in make test)
 	$(VENV)/bin/lazarus drill chaos --seed 1 --seeds 20 --duration 60 --run-dir .run/chaos
+
+chaos-soak-fan-in: setup  ## the same 20 seeds with --fan-in: followers hold and forward Sessions (about 45 min)
+	$(VENV)/bin/lazarus drill chaos --fan-in --seed 1 --seeds 20 --duration 60 --run-dir .run/chaos-fan-in
 
 proto: venv  ## regenerate lazarus/v1 stubs from proto/
 	$(PY) -m lazarus_dev.protogen

@@ -1,7 +1,7 @@
 """The Redis archive of records retired from etcd (retention).
 
 Theory of operation: etcd holds live state only. A terminal task (COMPLETED,
-FAILED, CANCELLED) or a LEFT node older than ``CoreSettings.retention_s`` is
+FAILED, CANCELLED) or a DEAD or LEFT node older than ``CoreSettings.retention_s`` is
 retired by the core (``RetireRecords``); the runtime writes each record here
 first and deletes it from etcd only once Redis has it, in a leader-fenced
 transaction. GetTask (and so ``lazarus task``) falls back to this archive for

@@ -83,6 +83,7 @@ from coordinator.core.commands import (
     PersistNodes,
     PersistTasks,
     ReplyToRequest,
+    RetireRecords,
     SendDirective,
     StatusCode,
     StepDown,
@@ -101,7 +102,7 @@ from coordinator.core.events import (
     TaskSubmitted,
     Tick,
 )
-from coordinator.core.records import NodeState, TaskSpec, TaskState
+from coordinator.core.records import NodeState, TaskRecord, TaskSpec, TaskState
 from coordinator.core.relay import digest_eligible
 from coordinator.core.settings import CoreSettings
 from lazarus.v1 import agent_pb2, records_pb2
@@ -208,6 +209,8 @@ class FleetReport:
     seed: int
     actions: int = 0
     faults: dict[str, int] = field(default_factory=dict)
+    retired_tasks: int = 0
+    retired_nodes: int = 0
     starts: int = 0
     stale_writes: int = 0
     completed: int = 0
@@ -370,6 +373,8 @@ class FleetSimulation:
         self.etcd_nodes: dict[str, bytes] = {}
         self.etcd_tasks: dict[str, bytes] = {}
         self.etcd_epochs: dict[str, int] = {}
+        self.archived_tasks: dict[str, TaskRecord] = {}
+        """Tasks retired from etcd (the Redis record archive ``GetTask`` reads)."""
         self.leaders: list[_Leader] = []
         self.procs: list[_Proc] = []
         self.stores: dict[str, _Store] = {}
@@ -857,6 +862,23 @@ class FleetSimulation:
                         leader.core.step(LeadershipLost(self.now, "fenced write rejected")),
                     )
                     return
+            elif isinstance(command, RetireRecords):
+                # Archived, then deleted from etcd in a fenced transaction (the
+                # archive is not modelled: the records just leave etcd).
+                if leader.term != self.etcd_term or leader.lost:
+                    leader.lost = True
+                    self._leader_exec(
+                        leader,
+                        leader.core.step(LeadershipLost(self.now, "fenced delete rejected")),
+                    )
+                    return
+                self.report.retired_tasks += len(command.tasks)
+                self.report.retired_nodes += len(command.nodes)
+                for task in command.tasks:
+                    self.archived_tasks[task.task_id] = task
+                    self.etcd_tasks.pop(task.task_id, None)
+                for node in command.nodes:
+                    self.etcd_nodes.pop(node.node_id, None)
             elif isinstance(command, EmitEvent):
                 body = command.body
                 if isinstance(body, notices.IdentityConflict):
@@ -1196,7 +1218,7 @@ class FleetSimulation:
         snapshot = leader.core.snapshot()
         tasks = {t.task_id: t for t in snapshot.tasks}
         for request_id, task_id in sorted(self.accepted.items()):
-            task = tasks.get(task_id)
+            task = tasks.get(task_id) or self.archived_tasks.get(task_id)
             if task is None:
                 self._fail(f"accepted task {task_id} ({request_id}) was lost")
             elif not task.state.terminal:

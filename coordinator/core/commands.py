@@ -131,7 +131,7 @@ class PersistTasks:
 class RetireRecords:
     """Move these records out of etcd: archive them in Redis, then delete them (fenced).
 
-    Terminal tasks and LEFT nodes past ``CoreSettings.retention_s``; the core
+    Terminal tasks and DEAD or LEFT nodes past ``CoreSettings.retention_s``; the core
     has already forgotten them. Runs before the persists of the same batch
     (a record re-created under a retired id must not be deleted after it).
     When the archive cannot be written the shell leaves them in etcd (a new

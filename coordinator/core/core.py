@@ -662,12 +662,12 @@ class CoordinatorCore:
             if record.node_id in self._nodes:
                 raise UsageError(f"node {record.node_id!r} loaded twice")
             entry = NodeEntry(record=record)
-            if record.state is NodeState.DEAD:
-                entry.dead_since_s = record.state_changed_at_s
-                entry.unavailable_since_s = record.state_changed_at_s
-            elif record.state is NodeState.LEFT:
+            if record.state in _GONE:
                 at = record.state_changed_at_s if record.state_changed_at_s is not None else now
                 heapq.heappush(self._retire_nodes, (at, record.node_id))
+                if record.state is NodeState.DEAD:
+                    entry.dead_since_s = record.state_changed_at_s
+                    entry.unavailable_since_s = record.state_changed_at_s
             else:
                 self._detector.watch(record.node_id, heard_s)
                 if record.state is NodeState.SUSPECT:
@@ -1151,10 +1151,19 @@ class CoordinatorCore:
         self._unflushed_since_s = math.inf
 
     def _retire(self, out: _Out) -> None:
-        """Retention: forget terminal tasks and LEFT nodes older than ``retention_s``.
+        """Retention: forget terminal tasks, and DEAD or LEFT nodes, older than ``retention_s``.
 
         They leave etcd for the Redis archive (``RetireRecords``), at most
-        ``MAX_RETIRE`` of each per tick, so etcd holds live state only.
+        ``MAX_RETIRE`` of each per tick, so etcd holds live state only. A DEAD
+        node is a crashed process that never came back (a pod scaled away, a
+        DaemonSet pod re-created under a new name): kept, such records would
+        pile up in etcd and in the leader for the cluster's life. A gone node
+        is retired only once it owns no task and the mass-failure guard is
+        inactive (its DEAD verdict may count toward an episode); otherwise it
+        is looked at again a retention period later. Retiring is safe for
+        fencing: task epochs live in the task records, and the node id coming
+        back is judged as a new node (``ClaimKind.NEW_NODE``), as after a
+        DEAD or LEFT record (``HOLDER_GONE``) with no task to take over.
         """
         horizon = self._now_s - self._settings.retention_s
         heap = self._retire_tasks
@@ -1172,23 +1181,31 @@ class CoordinatorCore:
         while nodes and nodes[0][0] <= horizon and len(out.retired_nodes) < MAX_RETIRE:
             _, node_id = heapq.heappop(nodes)
             entry = self._nodes.get(node_id)
-            if (
-                entry is None
-                or entry.state is not NodeState.LEFT
-                or entry.connected
-                or node_id in out.nodes
-                or self._tasks.owned_by(node_id)
-            ):
-                continue
+            if entry is None or entry.state not in _GONE or entry.connected:
+                continue  # back (pushed again if it goes again), or already retired
             changed = entry.record.state_changed_at_s
             if changed is not None and changed > horizon:
                 heapq.heappush(nodes, (changed, node_id))
+                continue
+            if self._retirement_blocked(entry, out):
+                heapq.heappush(nodes, (self._now_s, node_id))  # again a retention period later
                 continue
             del self._nodes[node_id]
             self._unhealthy.discard(node_id)
             self._guard_dirty = True
             self._detector.forget(node_id)
             out.retired_nodes.append(entry.record)
+
+    def _retirement_blocked(self, entry: NodeEntry, out: _Out) -> bool:
+        """Whether a DEAD or LEFT node past the horizon must stay for now: it is
+        written this step, it owns a task (the record of the owner a task's
+        fencing names), or it is DEAD while the mass-failure guard is active
+        (its verdict may belong to the episode that keeps the guard engaged)."""
+        return (
+            entry.node_id in out.nodes
+            or bool(self._tasks.owned_by(entry.node_id))
+            or (entry.state is NodeState.DEAD and self._guard.active)
+        )
 
     def _declare_dead(self, entry: NodeEntry, out: _Out) -> None:
         if entry.connected:
@@ -2165,7 +2182,7 @@ class CoordinatorCore:
         )
         if state is NodeState.ALIVE:
             self._placement_dirty = True
-        elif state is NodeState.LEFT:
+        elif state in _GONE:
             heapq.heappush(self._retire_nodes, (self._now_s, entry.node_id))
 
     def _track_health(self, entry: NodeEntry) -> None:

@@ -63,8 +63,9 @@ class CoreSettings:
         release_timeout_s: time a draining owner gets to release a task.
         max_assignments_per_round: placements per step at most (a rate limit;
             the rest follow on the next tick).
-        retention_s: time a terminal task (COMPLETED, FAILED, CANCELLED) or a
-            LEFT node stays in etcd before it moves to the Redis archive.
+        retention_s: time a terminal task (COMPLETED, FAILED, CANCELLED), or a
+            DEAD or LEFT node that owns no task, stays in etcd before it moves
+            to the Redis archive.
         self_check: run ``check_invariants`` after every step (tests, drills).
         failover_reconnect_s: a new leader gives each node this long beyond
             ``dead_after_s`` to come back before silence counts: a fair

@@ -262,7 +262,8 @@ def coordinator(
         float,
         typer.Option(
             envvar="LAZARUS_RETENTION_S",
-            help="Seconds a finished task or LEFT node stays in etcd before the Redis archive.",
+            help="Seconds a finished task, or a DEAD or LEFT node owning no task, stays in etcd "
+            "before the Redis archive.",
         ),
     ] = _CORE.retention_s,
     progress_flush_interval_s: Annotated[

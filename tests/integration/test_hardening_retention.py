@@ -1,20 +1,24 @@
-"""Issue 16 item 5: terminal tasks and LEFT nodes leave etcd after the retention period.
+"""Issue 16 item 5: terminal tasks, LEFT and DEAD nodes leave etcd after the retention period.
 
 Before: every task and node ever seen stayed in etcd forever, so etcd (and the
 leader's memory) grew with the fleet's history. An in-process replica with a
 1 s retention on the session etcd and Redis; a raw agent completes a task
-and says Goodbye.
+and says Goodbye. A DEAD node (a crashed pod that never comes back) stayed
+until session 24; now it goes the same way once it owns nothing.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
+import redis.asyncio
 from hardening_support import RawAgent, api, cluster_name, start_replica, wait_leading
 
 from coordinator.core import CoreSettings
 from coordinator.etcd_store import Collection, record_key
+from coordinator.recordarchive import RecordArchive
 from lazarus.v1 import agent_pb2, coordinator_pb2, records_pb2
 
 RETENTION_S = 1.0
@@ -64,4 +68,45 @@ async def test_finished_tasks_and_left_nodes_move_to_the_archive(
     finally:
         await agent.close()
         await channel.close()
+        await replica.stop()
+
+
+async def test_a_crashed_node_that_never_comes_back_moves_to_the_archive(
+    etcd: Any, redis_server: Any, etcd_client: Any
+) -> None:
+    cluster = cluster_name("retain-dead")
+    settings = CoreSettings(retention_s=RETENTION_S)
+    replica = await start_replica(etcd, redis_server, cluster, settings=settings)
+    await wait_leading(replica)
+    client = redis.asyncio.Redis(host=redis_server.endpoint.host, port=redis_server.endpoint.port)
+    agent = RawAgent(replica.address)
+    try:
+        await agent.hello("n-gone", kinds=["k"])
+        await agent.recv_until("welcome")
+        node_key = record_key(cluster, Collection.NODES, "n-gone")
+        assert await etcd_client.get(node_key) is not None
+        await agent.close()  # the process is gone: no Goodbye, the stream just ends
+        crashed = time.monotonic()
+        budget = settings.dead_after_s + RETENTION_S + 8
+        async with asyncio.timeout(budget):
+            while (await etcd_client.get(node_key)) is not None:
+                await asyncio.sleep(0.1)
+        # Not before its DEAD verdict plus the retention period.
+        assert time.monotonic() - crashed >= settings.dead_after_s + RETENTION_S - 0.5
+        assert replica.runtime is not None
+        assert replica.runtime.core.node("n-gone") is None
+        archived = await RecordArchive(client, cluster).node("n-gone")
+        assert archived is not None
+        assert records_pb2.NodeRecord.FromString(archived).state == records_pb2.NODE_STATE_DEAD
+        # The node id is free again: a new process under it is a new node.
+        again = RawAgent(replica.address)
+        try:
+            await again.hello("n-gone", incarnation="i2", kinds=["k"])
+            await again.recv_until("welcome")
+        finally:
+            await again.close()
+        assert replica.runtime.leading
+    finally:
+        await agent.close()
+        await client.aclose()
         await replica.stop()

@@ -214,6 +214,15 @@ def _take_over_only_on_a_new_incarnation(mp: pytest.MonkeyPatch) -> None:
     mp.setattr(CoordinatorCore, "_take_over", take_over)
 
 
+def _retire_gone_nodes_regardless(mp: pytest.MonkeyPatch) -> None:
+    # A DEAD node leaves etcd (and the leader) at its horizon though it still owns tasks.
+    mp.setattr(CoordinatorCore, "_retirement_blocked", lambda self, entry, out: False)
+
+
+def _short_retention(settings: CoreSettings) -> CoreSettings:
+    return replace(settings, retention_s=0.5)
+
+
 def _move_at_suspect(settings: CoreSettings) -> CoreSettings:
     # Tasks move after 1.5 s of silence: before the old owner's fence (2 s).
     return _unsafe(settings, dead_after_s=1.5, suspect_after_intervals=2)
@@ -275,6 +284,12 @@ MUTATIONS: list[Mutation] = [
     ),
     Mutation(
         "coordinator moves tasks at SUSPECT", "coordinator", _nothing, settings=_move_at_suspect
+    ),
+    Mutation(
+        "coordinator retires a gone node that still owns tasks",
+        "coordinator",
+        _retire_gone_nodes_regardless,
+        settings=_short_retention,
     ),
     Mutation(
         "coordinator sends fence_after >= dead_after",

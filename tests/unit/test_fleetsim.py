@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from coordinator.core.settings import CoreSettings
 from lazarus_dev import fleetsim
 from lazarus_dev.fleetsim import SHAPES, FleetSimulation, SimulationFailure
 from lazarus_dev.fleetsim_sweep import sweep
@@ -144,3 +145,18 @@ def test_the_parallel_search_finds_what_one_process_finds() -> None:
 def test_the_cli_replays_a_seed(capsys: pytest.CaptureFixture[str]) -> None:
     assert fleetsim._main(["--seed", "3"]) == 0
     assert "1 seeds, 0 failed" in capsys.readouterr().out
+
+
+SHORT_RETENTION = CoreSettings(default_max_attempts=20, self_check=True, retention_s=0.5)
+"""Records leave etcd half a second after they may (terminal tasks, DEAD or LEFT nodes
+owning nothing): the retention path runs under every fault of the default shape."""
+
+
+def test_retention_under_faults_keeps_every_rule() -> None:
+    retired_nodes = retired_tasks = 0
+    for seed in range(300):
+        report = FleetSimulation(seed, SHAPES["default"], SHORT_RETENTION).run()
+        retired_nodes += report.retired_nodes
+        retired_tasks += report.retired_tasks
+    assert retired_nodes > 20  # crashed nodes that stayed away left etcd
+    assert retired_tasks > 1000

@@ -4,14 +4,22 @@ from __future__ import annotations
 
 from random import Random
 
+from core_harness import Harness, directives, notices_of
+
 from coordinator.core import (
+    Assign,
+    Command,
     CoordinatorCore,
     CoreSettings,
     ForkSeeded,
+    HeldTask,
+    HeldTaskStatus,
     LeadershipAcquired,
+    NodeState,
     PersistTasks,
     ReplyToRequest,
     RetireRecords,
+    Revoke,
     SeedFork,
     SendDirective,
     SessionOpened,
@@ -20,6 +28,8 @@ from coordinator.core import (
     TaskState,
     TaskSubmitted,
     Tick,
+    Welcome,
+    notices,
 )
 from coordinator.core.commands import CloseSession
 from coordinator.core.limits import LIMITS, MAX_RECORD_BYTES, Refusal, screen
@@ -129,3 +139,109 @@ def test_terminal_tasks_are_retired_after_the_retention_period() -> None:
     retired = [c for c in commands if isinstance(c, RetireRecords)]
     assert [t.task_id for t in retired[0].tasks] == ["t1"]
     assert core.task("t1") is None
+
+
+# -- retention of gone nodes: a crashed pod that never comes back leaves etcd --------------------
+
+
+def _two_nodes_one_dies(h: Harness) -> list[str]:
+    """w0 and w1 run four tasks; w0's stream closes at t=1 and it is never heard again.
+
+    Returns:
+        The tasks w0 ran (w1 has room for them).
+    """
+    h.lead()
+    h.hello("w0", slots=2)
+    h.hello("w1", slots=4)
+    ids = [f"t{k}" for k in range(4)]
+    for task_id in ids:
+        h.submit(f"r-{task_id}", task_id=task_id)
+    on_w0 = [t for t in ids if h.task(t).owner_node_id == "w0"]
+    assert on_w0
+    assert all(h.task(t).epoch == 1 for t in ids)
+    h.run_until(1.0, heartbeating=["w0", "w1"])
+    h.close("w0")
+    return on_w0
+
+
+def _retired_nodes(commands: list[Command]) -> list[str]:
+    return [n.node_id for c in commands if isinstance(c, RetireRecords) for n in c.nodes]
+
+
+def test_a_dead_node_leaves_etcd_after_the_retention_period_and_its_id_comes_back_new() -> None:
+    h = Harness(CoreSettings(self_check=True, retention_s=10.0))
+    moved = _two_nodes_one_dies(h)
+    h.run_until(4.0, heartbeating=["w1"])
+    dead = h.core.node("w0")
+    assert dead is not None
+    assert dead.record.state is NodeState.DEAD
+    assert all(h.task(t).epoch == 2 for t in moved)
+    assert all(h.task(t).owner_node_id == "w1" for t in moved)
+    dead_at = dead.record.state_changed_at_s
+    assert dead_at is not None
+    commands = h.run_until(dead_at + 9.9, heartbeating=["w1"])
+    assert _retired_nodes(commands) == []  # not before the retention period
+    commands = h.run_until(dead_at + 10.5, heartbeating=["w1"])
+    assert _retired_nodes(commands) == ["w0"]
+    assert h.core.node("w0") is None
+    assert h.core.node("w1") is not None  # the live one stays
+    # The DEAD incarnation itself, back after the retention period (a partition
+    # that lasted a day) and still holding its tasks at epoch 1: a new node to
+    # this leader, and its old epochs are revoked; the tasks stay where they moved.
+    held = tuple(HeldTask(t, 1, HeldTaskStatus.PAUSED) for t in moved)
+    commands = h.hello("w0", held=held)
+    assert directives(commands, Welcome)
+    (joined,) = notices_of(commands, notices.NodeJoined)
+    assert joined.previous_incarnation == ""
+    assert not [a for a in directives(commands, Assign) if a.task_id in moved]
+    assert sorted(r.task_id for r in directives(commands, Revoke)) == sorted(moved)
+    assert all(h.task(t).epoch == 2 and h.task(t).owner_node_id == "w1" for t in moved)
+
+
+def test_a_gone_node_that_still_owns_tasks_under_the_guard_is_retired_only_after_they_move() -> (
+    None
+):
+    # Both nodes silent together: the mass-failure guard keeps their tasks where
+    # they are, so neither record may go while it owns them.
+    h = Harness(CoreSettings(self_check=True, retention_s=10.0, mass_failure_min_nodes=2))
+    _two_nodes_one_dies(h)
+    ids = [f"t{k}" for k in range(4)]
+    h.close("w1")
+    h.run_until(20.0)
+    assert h.core.guard_active
+    assert {h.task(t).owner_node_id for t in ids} == {"w0", "w1"}
+    assert h.core.node("w0") is not None
+    assert h.core.node("w1") is not None
+    # Two live nodes: half the population failing no longer engages it; it
+    # releases and the tasks move to them.
+    h.hello("w2", slots=4)
+    h.hello("w3", slots=4)
+    commands = h.run_until(21.0, heartbeating=["w2", "w3"])
+    assert not h.core.guard_active
+    assert {h.task(t).owner_node_id for t in ids} <= {"w2", "w3"}
+    assert _retired_nodes(commands) == []
+    commands = h.run_until(32.0, heartbeating=["w2", "w3"])  # a retention period after the check
+    assert sorted(_retired_nodes(commands)) == ["w0", "w1"]
+    assert h.core.node("w2") is not None
+
+
+def test_a_dead_node_counted_by_an_active_guard_is_not_retired_under_it() -> None:
+    # w0 owns nothing, but its DEAD verdict is part of the episode that keeps the
+    # guard engaged: retiring it would shrink the population under min_nodes and
+    # release the guard, moving tasks while the leader may be the one cut off.
+    h = Harness(CoreSettings(self_check=True, retention_s=10.0, mass_failure_min_nodes=3))
+    h.lead()
+    h.hello("w1", slots=2)
+    h.hello("w2", slots=2)
+    ids = [f"t{k}" for k in range(4)]
+    for task_id in ids:
+        h.submit(f"r-{task_id}", task_id=task_id)
+    h.hello("w0", slots=2)
+    h.run_until(1.0, heartbeating=["w0", "w1", "w2"])
+    for node_id in ("w0", "w1", "w2"):
+        h.close(node_id)
+    commands = h.run_until(30.0)
+    assert h.core.guard_active
+    assert _retired_nodes(commands) == []
+    assert h.core.node("w0") is not None
+    assert {h.task(t).owner_node_id for t in ids} == {"w1", "w2"}

@@ -82,6 +82,32 @@ async def _idle_cpu_s_per_s(cluster: LocalCluster, leader: int, hold_s: float) -
     return (_cpu_s(pid) - before) / (time.monotonic() - started)
 
 
+def _unsettled_nodes(url: str) -> int:
+    """Nodes the replica shows ALIVE or SUSPECT (``lazarus_nodes{state}``), from its /metrics."""
+    with urllib.request.urlopen(url, timeout=5) as reply:
+        text = reply.read().decode()
+    for family in text_string_to_metric_families(text):
+        if family.name == "lazarus_nodes":
+            live = ("ALIVE", "SUSPECT")
+            return int(sum(s.value for s in family.samples if s.labels.get("state") in live))
+    return 0
+
+
+async def _settle_previous_round(url: str) -> None:
+    """Wait until the previous round's nodes, gone without a Goodbye, are DEAD.
+
+    Their SUSPECT -> DEAD verdicts (and the leader's per-tick judging of
+    suspects until then) would otherwise fall into this round's hold and be
+    counted as its heartbeats' cost. Bounded by ``DEAD_AFTER_S`` plus 10 s.
+    """
+    deadline = time.monotonic() + DEAD_AFTER_S + 10.0
+    while time.monotonic() < deadline:
+        if await asyncio.to_thread(_unsettled_nodes, url) == 0:
+            return
+        await asyncio.sleep(0.5)
+    print("warning: the previous round's nodes are not all DEAD yet", flush=True)
+
+
 def _forward_counters(url: str) -> dict[str, float]:
     """The replica's Forward counters (``lazarus_forward_batches_total`` and
     ``lazarus_forward_entries_total`` by direction), from its /metrics."""
@@ -149,6 +175,7 @@ async def _round(
     """
     followers = [i for i in range(len(cluster.coordinators)) if i != leader]
     targets = [leader, leader] if placement == "leader" else followers
+    await _settle_previous_round(cluster.coordinator_metrics[leader])
     prefix = f"{placement[0]}{uuid.uuid4().hex[:6]}"
     workers = [
         await WorkerProcess.spawn(cluster.coordinator_addresses[i], f"{prefix}-{k}")

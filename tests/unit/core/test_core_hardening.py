@@ -144,6 +144,14 @@ def test_terminal_tasks_are_retired_after_the_retention_period() -> None:
 # -- retention of gone nodes: a crashed pod that never comes back leaves etcd --------------------
 
 
+def _four_tasks(h: Harness) -> list[str]:
+    """Submit t0..t3 (placed on the nodes said Hello so far); their ids."""
+    ids = [f"t{k}" for k in range(4)]
+    for task_id in ids:
+        h.submit(f"r-{task_id}", task_id=task_id)
+    return ids
+
+
 def _two_nodes_one_dies(h: Harness) -> list[str]:
     """w0 and w1 run four tasks; w0's stream closes at t=1 and it is never heard again.
 
@@ -153,9 +161,7 @@ def _two_nodes_one_dies(h: Harness) -> list[str]:
     h.lead()
     h.hello("w0", slots=2)
     h.hello("w1", slots=4)
-    ids = [f"t{k}" for k in range(4)]
-    for task_id in ids:
-        h.submit(f"r-{task_id}", task_id=task_id)
+    ids = _four_tasks(h)
     on_w0 = [t for t in ids if h.task(t).owner_node_id == "w0"]
     assert on_w0
     assert all(h.task(t).epoch == 1 for t in ids)
@@ -233,9 +239,7 @@ def test_a_dead_node_counted_by_an_active_guard_is_not_retired_under_it() -> Non
     h.lead()
     h.hello("w1", slots=2)
     h.hello("w2", slots=2)
-    ids = [f"t{k}" for k in range(4)]
-    for task_id in ids:
-        h.submit(f"r-{task_id}", task_id=task_id)
+    ids = _four_tasks(h)  # placed before w0 joins: it owns none
     h.hello("w0", slots=2)
     h.run_until(1.0, heartbeating=["w0", "w1", "w2"])
     for node_id in ("w0", "w1", "w2"):

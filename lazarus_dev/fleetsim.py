@@ -36,7 +36,10 @@ way ``coordinator/session.py``, ``coordinator/runtime.py`` and
   so its self-fence fires late;
 - **leaders**: failover elects a new ``CoordinatorCore`` that loads etcd; the
   deposed one keeps running (acking heartbeats) for up to ``deposed_run_s``,
-  its writes failing, then its streams break;
+  its writes failing, then its streams break; a leader's ``RetireRecords``
+  (retention: terminal tasks, DEAD or LEFT nodes owning nothing) delete from
+  etcd, fenced, the tasks kept in an archive the end check reads (with the
+  default 24 h retention nothing is retired in a run; a test runs 0.5 s);
 - **identities**: crash and restart on the same store (proof), on a fresh
   store (no proof), a second process under a live node id with its own store,
   and an impostor that reuses an incarnation id without its secret.

@@ -54,6 +54,7 @@ from heartbeat_bench import (
     _cpu_s,
     _percentile,
 )
+from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
 from lazarus_dev.devcluster import LocalCluster
@@ -82,11 +83,15 @@ async def _idle_cpu_s_per_s(cluster: LocalCluster, leader: int, hold_s: float) -
     return (_cpu_s(pid) - before) / (time.monotonic() - started)
 
 
+def _families(url: str) -> list[Metric]:
+    """The replica's /metrics, parsed."""
+    with urllib.request.urlopen(url, timeout=5) as reply:
+        return list(text_string_to_metric_families(reply.read().decode()))
+
+
 def _unsettled_nodes(url: str) -> int:
     """Nodes the replica shows ALIVE or SUSPECT (``lazarus_nodes{state}``), from its /metrics."""
-    with urllib.request.urlopen(url, timeout=5) as reply:
-        text = reply.read().decode()
-    for family in text_string_to_metric_families(text):
+    for family in _families(url):
         if family.name == "lazarus_nodes":
             live = ("ALIVE", "SUSPECT")
             return int(sum(s.value for s in family.samples if s.labels.get("state") in live))
@@ -111,10 +116,8 @@ async def _settle_previous_round(url: str) -> None:
 def _forward_counters(url: str) -> dict[str, float]:
     """The replica's Forward counters (``lazarus_forward_batches_total`` and
     ``lazarus_forward_entries_total`` by direction), from its /metrics."""
-    with urllib.request.urlopen(url, timeout=5) as reply:
-        text = reply.read().decode()
     found: dict[str, float] = {}
-    for family in text_string_to_metric_families(text):
+    for family in _families(url):
         if family.name in ("lazarus_forward_batches", "lazarus_forward_entries"):
             for sample in family.samples:
                 if sample.name.endswith("_total"):

@@ -852,28 +852,17 @@ class FleetSimulation:
                     leader.cut_mid_step = False
                     self.report.partial_writes += 1
                     self._depose(leader)
-                    leader.lost = True
-                    self._leader_exec(
-                        leader, leader.core.step(LeadershipLost(self.now, "lease lost mid-step"))
-                    )
+                    self._lose_lease(leader, "lease lost mid-step")
                     return
                 written += 1
                 if not self._etcd_write(leader, command):
-                    leader.lost = True
-                    self._leader_exec(
-                        leader,
-                        leader.core.step(LeadershipLost(self.now, "fenced write rejected")),
-                    )
+                    self._lose_lease(leader, "fenced write rejected")
                     return
             elif isinstance(command, RetireRecords):
-                # Archived, then deleted from etcd in a fenced transaction (the
-                # archive is not modelled: the records just leave etcd).
+                # Archived, then deleted from etcd in a fenced transaction (only the
+                # tasks' archive is kept, for the end check).
                 if leader.term != self.etcd_term or leader.lost:
-                    leader.lost = True
-                    self._leader_exec(
-                        leader,
-                        leader.core.step(LeadershipLost(self.now, "fenced delete rejected")),
-                    )
+                    self._lose_lease(leader, "fenced delete rejected")
                     return
                 self.report.retired_tasks += len(command.tasks)
                 self.report.retired_nodes += len(command.nodes)
@@ -915,6 +904,12 @@ class FleetSimulation:
             elif isinstance(command, StepDown):
                 self._depose(leader)
                 return
+
+    def _lose_lease(self, leader: _Leader, reason: str) -> None:
+        """A write of ``leader``'s was fenced out: it steps ``LeadershipLost`` and
+        runs what that returns (the rest of its step is dropped by the caller)."""
+        leader.lost = True
+        self._leader_exec(leader, leader.core.step(LeadershipLost(self.now, reason)))
 
     def _etcd_write(self, leader: _Leader, command: PersistNodes | PersistTasks) -> bool:
         if leader.term != self.etcd_term or leader.lost:

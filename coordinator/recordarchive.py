@@ -12,6 +12,13 @@ Keys: ``lazarus:{<task_id>}:record:<cluster>`` (hash-tagged with the task, so
 Redis Cluster keeps a task's record beside its checkpoints) and
 ``lazarus:archive:<cluster>:node:<node_id>``; values are the ``TaskRecord`` /
 ``NodeRecord`` bytes. ``ttl_s`` bounds how long Redis keeps them (0: forever).
+
+A retired task's replicated keys (``head``, ``ckpt``, ``journal``, ``jepoch``,
+its fork records: ``lazarus.storage.keys``) are given the same TTL when it is
+archived: nothing resumes a terminal task, and what a reader may still want of
+it (its record with the result, its forks) then leaves Redis together, so
+Redis's size is bounded by the tasks finished in one TTL rather than growing
+with every task the fleet ever ran.
 """
 
 from __future__ import annotations
@@ -20,12 +27,19 @@ from collections.abc import Sequence
 
 import redis.asyncio
 
-from lazarus.storage.keys import archived_node_key, archived_task_key
+from lazarus.storage.keys import (
+    archived_node_key,
+    archived_task_key,
+    fork_key,
+    fork_records_key,
+    task_keys,
+)
 
 __all__ = ["DEFAULT_TTL_S", "RecordArchive"]
 
-DEFAULT_TTL_S = 0
-"""Archived records never expire unless a TTL is given."""
+DEFAULT_TTL_S = 7 * 24 * 3600
+"""Seconds Redis keeps an archived record and a retired task's keys: 7 days
+(``--archive-ttl-s``; 0 keeps them forever)."""
 
 
 class RecordArchive:
@@ -34,26 +48,46 @@ class RecordArchive:
     Args:
         client: a ``redis.asyncio.Redis`` (bytes responses).
         cluster: the cluster name.
-        ttl_s: seconds Redis keeps an archived record (0: forever).
+        ttl_s: seconds Redis keeps an archived record, and a retired task's
+            replicated keys, counted from its retirement (0: forever).
+
+    Raises:
+        ValueError: a negative ``ttl_s``.
     """
 
     def __init__(self, client: redis.asyncio.Redis, cluster: str, ttl_s: int = DEFAULT_TTL_S):
+        if ttl_s < 0:
+            raise ValueError(f"archive TTL must be >= 0 seconds (0: forever), got {ttl_s}")
         self._client = client
         self._cluster = cluster
-        self._ttl_s = ttl_s
+        self._ttl_s = int(ttl_s)
 
     async def put(
         self, tasks: Sequence[tuple[str, bytes]], nodes: Sequence[tuple[str, bytes]] = ()
     ) -> None:
-        """Store records (id, serialised record), in one pipelined round trip.
+        """Store records (id, serialised record) and start the TTL of the tasks' keys.
+
+        One pipelined round trip, two with a TTL and tasks (the first reads each
+        task's fork ids, whose record keys expire with it).
 
         Raises:
             redis.exceptions.RedisError, OSError: Redis refused or is unreachable.
         """
-        pipe = self._client.pipeline(transaction=False)
         ttl = self._ttl_s or None
-        for task_id, data in tasks:
+        forks: list[list[bytes | str]] = [[] for _ in tasks]
+        if ttl and tasks:
+            pipe = self._client.pipeline(transaction=False)
+            for task_id, _ in tasks:
+                pipe.hkeys(fork_key(task_id))
+            forks = list(await pipe.execute())
+        pipe = self._client.pipeline(transaction=False)
+        for (task_id, data), fork_ids in zip(tasks, forks, strict=True):
             pipe.set(archived_task_key(self._cluster, task_id), data, ex=ttl)
+            if ttl:
+                for key in (*task_keys(task_id), fork_key(task_id)):
+                    pipe.expire(key, ttl)
+                for fork_id in fork_ids:
+                    pipe.expire(fork_records_key(task_id, _as_str(fork_id)), ttl)
         for node_id, data in nodes:
             pipe.set(archived_node_key(self._cluster, node_id), data, ex=ttl)
         await pipe.execute()
@@ -79,3 +113,7 @@ class RecordArchive:
 
 def _as_bytes(value: bytes | str) -> bytes:
     return value.encode() if isinstance(value, str) else bytes(value)
+
+
+def _as_str(value: bytes | str) -> str:
+    return value if isinstance(value, str) else bytes(value).decode()

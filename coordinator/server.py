@@ -38,6 +38,7 @@ from coordinator.eventarchive import EventArchive
 from coordinator.forwarding import SessionForwarder, add_replica_service, interregnum_settings
 from coordinator.members import MemberRegistry
 from coordinator.metrics import Metrics
+from coordinator.recordarchive import DEFAULT_TTL_S as ARCHIVE_TTL_S
 from coordinator.recordarchive import RecordArchive
 from coordinator.redisconn import redis_client
 from coordinator.runtime import CoordinatorRuntime, Observer, RuntimeSettings
@@ -91,6 +92,8 @@ class ServerSettings:
         redis_url: the Redis holding replicated checkpoints (GetCheckpoint).
         redis_password: its AUTH password ("" = none or the one in the URL).
         redis_ca_file: CA bundle verifying a ``rediss://`` server ("" = system).
+        archive_ttl_s: seconds Redis keeps a retired record and the retired
+            task's checkpoint keys (``coordinator.recordarchive``); 0 = forever.
         metrics_address: host:port of this replica's /metrics, published in its
             member record ("" = none).
         auth: ``mtls`` (default: TLS, client certificates or bearer tokens,
@@ -139,6 +142,7 @@ class ServerSettings:
     redis_url: str = "redis://127.0.0.1:6379/0"
     redis_password: str = field(default="", repr=False)
     redis_ca_file: str = ""
+    archive_ttl_s: int = ARCHIVE_TTL_S
     metrics_address: str = ""
     auth: str = "mtls"
     tls_cert_file: str = ""
@@ -171,6 +175,8 @@ class ServerSettings:
             raise ValueError("the loop lag bound must be above 0.5 s")
         if self.etcd_token_renewal_s <= 0:
             raise ValueError("the etcd token renewal period must be positive")
+        if self.archive_ttl_s < 0:
+            raise ValueError("the archive TTL must be >= 0 seconds (0 keeps records forever)")
 
     @property
     def etcd_tls(self) -> bool:
@@ -291,7 +297,7 @@ class CoordinatorServer:
         )
         self._archive_redis = archive_redis
         archive = EventArchive(archive_redis, s.cluster)
-        runtime.record_archive = RecordArchive(archive_redis, s.cluster)
+        runtime.record_archive = RecordArchive(archive_redis, s.cluster, s.archive_ttl_s)
         runtime.event_log.sink = archive.offer
         if isinstance(observer, Metrics):
             observer.watch_archive(lambda: archive.backlog, lambda: archive.dropped)

@@ -18,6 +18,8 @@ from lazarus.cli._app import app
 DetectorChoice = Literal["fixed", "phi"]
 _CORE = CoreSettings()
 """Defaults of the coordinator's core options (DESIGN.md §10)."""
+ARCHIVE_TTL_S = 7 * 24 * 3600
+"""``coordinator.recordarchive.DEFAULT_TTL_S`` (a literal here: the CLI does not import redis)."""
 LogFormatChoice = Literal["json", "text"]
 
 
@@ -145,6 +147,16 @@ def coordinator(
             envvar="LAZARUS_REDIS_CA_FILE", help="CA bundle for rediss:// (TLS) connections."
         ),
     ] = "",
+    archive_ttl_s: Annotated[
+        int,
+        typer.Option(
+            envvar="LAZARUS_ARCHIVE_TTL_S",
+            min=0,
+            help="Seconds Redis keeps a record retention moved out of etcd, and the finished "
+            "task's checkpoints, from its retirement (0: forever; Redis then grows with every "
+            "task the fleet runs).",
+        ),
+    ] = ARCHIVE_TTL_S,
     heartbeat_interval_s: Annotated[
         float, typer.Option(envvar="LAZARUS_HEARTBEAT_INTERVAL_S", help="Agent heartbeat period.")
     ] = _CORE.heartbeat_interval_s,
@@ -436,6 +448,7 @@ def coordinator(
             redis_url=redis_url,
             redis_password=redis_password,
             redis_ca_file=redis_ca_file,
+            archive_ttl_s=archive_ttl_s,
             etcd_endpoint=etcd_endpoint,
             etcd_endpoints=tuple(e.strip() for e in etcd_endpoints.split(",") if e.strip()),
             lease_ttl_s=lease_ttl_s,

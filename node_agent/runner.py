@@ -827,8 +827,9 @@ class TaskRunner:
             # OOM, a crash) returned to its handler: it is the store's now.
             if spooled:
                 self._ingest_spool(worker, run)
-            if worker.spool is not None and not worker.alive():
-                worker.spool.remove()
+            # Deleted only once no row is left in it: a row an ingestion failed
+            # to move stays for the next agent start (ingest_leftover_spools).
+            worker.release_spool()
             raise
 
     # ---------------------------------------------------------------- spool

@@ -713,6 +713,8 @@ class NodeAgent:
                     )
                 )
             elif isinstance(cmd, ForgetTask):
+                if runner is not None:
+                    runner.forget(cmd.task_id)  # its ended run, if any
                 assert self._store is not None
                 await self._store.aio.forget(cmd.task_id)
             elif isinstance(cmd, StartTask):

@@ -70,6 +70,7 @@ import multiprocessing
 import multiprocessing.connection
 import os
 import signal
+import sqlite3
 import threading
 import time
 import traceback
@@ -198,30 +199,78 @@ class Worker:
         )
         self.process.start()
         child.close()
+        self._pid: int | None = self.process.pid
+        self._kill_lock = threading.Lock()
+        # Set by ``kill`` once the process is reaped and its handle closed
+        # (``process`` may no longer be asked anything then).
+        self._exitcode: int | None = None
+        self._released = False
 
     @property
     def pid(self) -> int | None:
         """The process id."""
-        return self.process.pid
+        return self._pid
 
     def alive(self) -> bool:
         """True while the process runs."""
-        return self.process.is_alive()
+        if self._released:
+            return False
+        try:
+            return self.process.is_alive()
+        except ValueError:  # closed by a ``kill`` in another thread meanwhile
+            return False
 
     def kill(self) -> None:
-        """SIGKILL the process and reap it (bounded)."""
-        pid = self.process.pid
-        if pid is not None and self.process.is_alive():
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        self.process.join(timeout=5)
-        with contextlib.suppress(OSError):
-            self.conn.close()
+        """SIGKILL the process, reap it (bounded), and release its pipe and process handle.
+
+        Idempotent and thread-safe (a stop and the worker's relay may both kill
+        it). A process not reaped within 5 s keeps its handle (a later ``kill``
+        tries again). The spool reader is left to ``release_spool``.
+        """
+        with self._kill_lock:
+            if self._released:
+                return
+            pid = self._pid
+            if pid is not None and self.process.is_alive():
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            self.process.join(timeout=5)
+            with contextlib.suppress(OSError):
+                self.conn.close()
+            code = self.process.exitcode
+            if code is None:
+                return
+            self._exitcode = code  # before the close: ``death`` reads it after
+            self._released = True
+            self.process.close()  # its sentinel fd; the Process leaves multiprocessing's children
+
+    def release_spool(self) -> None:
+        """Close the agent's reader of a dead worker's spool; delete the file if it holds no row.
+
+        A row still in it was not ingested yet (an ingestion failed, or the
+        run's relay ingests it after the kill): the file then stays, for that
+        relay (which calls this again) or for the next agent start
+        (``TaskRunner.ingest_leftover_spools``). No-op while the process runs.
+        """
+        if self.spool is None or self.alive():
+            return
+        with self.spool_lock:
+            try:
+                empty = not self.spool.read(limit=1)
+            except sqlite3.Error:
+                empty = False  # unreadable now: keep it for the next start
+            if empty:
+                self.spool.remove()
+            else:
+                self.spool.close()
 
     def death(self) -> str:
         """How the process ended, in words (for the task's error)."""
-        self.process.join(timeout=1)
-        code = self.process.exitcode
+        try:
+            self.process.join(timeout=1)
+            code = self.process.exitcode
+        except ValueError:  # closed by ``kill``, which kept its exit code
+            code = self._exitcode
         if code is None:
             return "its channel closed"
         if code < 0:
@@ -267,8 +316,9 @@ class WorkerPool:
         self._mp = multiprocessing.get_context("spawn")
         self._idle: list[Worker] = []
         self._busy: set[Worker] = set()
-        # Every worker started and not yet folded into ``_retired`` by
-        # ``checkpoint_stats`` (a killed worker's counts outlive its process).
+        # Every worker started and not yet retired (``_retire``): the idle, the
+        # busy, and the few that died and were not yet found dead. A retired
+        # worker's counts are folded into ``_retired`` (they outlive its process).
         self._started: list[Worker] = []
         self._retired: dict[str, tuple[list[float], float]] = {}
         self._lock = threading.Lock()
@@ -283,10 +333,12 @@ class WorkerPool:
             self._publish_to(worker)
             with self._lock:
                 self._started.append(worker)
-                if self._closed or len(self._idle) >= self.size:
-                    worker.kill()
-                    return
-                self._idle.append(worker)
+                keep = not self._closed and len(self._idle) < self.size
+                if keep:
+                    self._idle.append(worker)
+            if not keep:
+                self._retire(worker)
+                return
 
     def _spool_path(self) -> Path | None:
         if self.spool_dir is None:
@@ -295,18 +347,23 @@ class WorkerPool:
 
     def acquire(self) -> Worker:
         """An idle live worker, or a new one (blocking: a start takes ~0.2 s)."""
-        with self._lock:
-            if self._closed:
-                raise WorkerDied("the worker pool is closed")
-            while self._idle:
-                worker = self._idle.pop()
-                if worker.alive():
-                    self._busy.add(worker)
-                    worker.shared[_STOPPED] = 0.0
-                    worker.shared[_REPLICATED] = 0.0  # seqs of the new run start over
-                    worker.shared[_SPOOLED] = 0.0
-                    return worker
-                worker.kill()
+        dead: list[Worker] = []
+        try:
+            with self._lock:
+                if self._closed:
+                    raise WorkerDied("the worker pool is closed")
+                while self._idle:
+                    worker = self._idle.pop()
+                    if worker.alive():
+                        self._busy.add(worker)
+                        worker.shared[_STOPPED] = 0.0
+                        worker.shared[_REPLICATED] = 0.0  # seqs of the new run start over
+                        worker.shared[_SPOOLED] = 0.0
+                        return worker
+                    dead.append(worker)
+        finally:
+            for gone in dead:  # idle workers that died meanwhile
+                self._retire(gone)
         worker = Worker(self._mp, self.nice, self._spool_path(), self.redis)
         self._publish_to(worker)
         with self._lock:
@@ -321,25 +378,36 @@ class WorkerPool:
             if not self._closed and worker.alive() and len(self._idle) < self.size:
                 self._idle.append(worker)
                 return
-        worker.kill()
+        self._retire(worker)
 
     def discard(self, worker: Worker) -> None:
         """SIGKILL a worker (its run was stopped and did not return in time)."""
         with self._lock:
             self._busy.discard(worker)
+        self._retire(worker)
+
+    def _retire(self, worker: Worker) -> None:
+        """Kill ``worker`` and forget it (call without ``_lock``; idempotent).
+
+        Each worker dropped from the pool (killed at a stop, dead, or in
+        excess) comes here at once, not at the next metrics scrape: its
+        process handle and pipe are closed (``Worker.kill``), its checkpoint
+        counts move into ``_retired`` (after the kill: a dead process counts
+        no more), and its spool reader is closed, the file deleted when it
+        holds no row (``Worker.release_spool``: an un-ingested row keeps it).
+        """
         worker.kill()
+        with self._lock:
+            if any(w is worker for w in self._started):
+                self._started = [w for w in self._started if w is not worker]
+                _add_counts(self._retired, checkpoint_counts(worker.shared))
+        worker.release_spool()
 
     def checkpoint_stats(self) -> dict[str, tuple[list[float], float]]:
         """The checkpoint durations every worker of this pool counted (an
         ``AgentMetrics.add_checkpoint_source``): durability -> (count per bucket
         of ``CHECKPOINT_BUCKETS_S`` then +Inf, sum of seconds)."""
         with self._lock:
-            live = {id(w) for w in (*self._idle, *self._busy)}
-            gone = [w for w in self._started if id(w) not in live]
-            if gone:
-                self._started = [w for w in self._started if id(w) in live]
-                for worker in gone:
-                    _add_counts(self._retired, checkpoint_counts(worker.shared))
             total: dict[str, tuple[list[float], float]] = {
                 d: (list(c), s) for d, (c, s) in self._retired.items()
             }
@@ -368,7 +436,7 @@ class WorkerPool:
             self._idle.clear()
             self._busy.clear()
         for worker in workers:
-            worker.kill()
+            self._retire(worker)
 
 
 def stop_run(worker: Worker) -> None:

@@ -418,6 +418,22 @@ class TaskRunner:
         self.redis_retry_s = redis_retry_s
         self.flush_timeout_s = flush_timeout_s
         self.shared = shared
+        # Each task's newest run. A run leaves when its stop() completes, or when
+        # the agent core forgets the task (``forget``). A run that ended by itself
+        # (its result or failure handed to the reporter) is kept until then, not
+        # longer: a StopTask the core issued before it took the finish (the
+        # finish is then dropped) may reach stop() only after the run ended, and
+        # that stop must still report the run's checkpoint and flush its records
+        # (a Release, a shutdown); before the leader has the result, reship_all
+        # also ships the run's terminal checkpoint again. Once the core forgot the
+        # task (the leader acknowledged its terminal update, or a revoke dropped
+        # it) no StopTask of it can follow, and nothing else reads the run: its
+        # relay ingested its spool and released its worker before the result
+        # was reported, and a result is reported again from the core's kept
+        # update or the store's terminal checkpoint (``stored_result``), never
+        # from the run. A finished task the core detaches instead (its update
+        # refused, or lost after it finished) keeps its run, lightened of its
+        # result (``_lighten``), as long as the core keeps its slot.
         self._runs: dict[str, _Run] = {}
         self._restoring = asyncio.Semaphore(RESTORE_CONCURRENCY)
         self._claims = ClaimBatcher(replica, max_batch=RESTORE_CONCURRENCY)
@@ -539,6 +555,17 @@ class TaskRunner:
         run.started_s = time.monotonic()
         self._runs[assign.task_id] = run
         run.task = asyncio.create_task(self._main(run, assign, handler), name=f"task:{run.task_id}")
+        run.task.add_done_callback(functools.partial(_lighten, run))
+
+    def forget(self, task_id: str) -> None:
+        """Drop the task's ended run: the agent core forgot the task (``ForgetTask``).
+
+        A run still running is left (its stop removes it); see ``_runs`` for why
+        an ended run is kept until this call.
+        """
+        run = self._runs.get(task_id)
+        if run is not None and (run.task is None or run.task.done()):
+            del self._runs[task_id]
 
     async def _main(self, run: _Run, assign: agent_pb2.Assign, handler: HandlerSpec | None) -> None:
         try:
@@ -827,8 +854,9 @@ class TaskRunner:
             # OOM, a crash) returned to its handler: it is the store's now.
             if spooled:
                 self._ingest_spool(worker, run)
-            if worker.spool is not None and not worker.alive():
-                worker.spool.remove()
+            # Deleted only once no row is left in it: a row an ingestion failed
+            # to move stays for the next agent start (ingest_leftover_spools).
+            worker.release_spool()
             raise
 
     # ---------------------------------------------------------------- spool
@@ -2068,6 +2096,14 @@ class _RemoteError(Exception):
     def __init__(self, message: str, remote_traceback: str) -> None:
         super().__init__(message)
         self.remote_traceback = remote_traceback
+
+
+def _lighten(run: _Run, _main: asyncio.Task[None]) -> None:
+    """Drop what an ended run's result weighs (up to ``MAX_RESULT_BYTES``): the run
+    may stay in ``TaskRunner._runs`` until the agent forgets its task."""
+    if run.thread is not None and run.thread.done():
+        run.thread = None  # stop() only reads a thread still running
+    run.stored_result = None
 
 
 def _retrieve(fut: asyncio.Future[Any]) -> None:

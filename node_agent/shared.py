@@ -33,7 +33,9 @@ Theory of operation: the protocol logic is pure
   pending until the leader's DeltaAck (resent from the acked state vector
   when the leader lacks part of it). Without a Session operations still
   succeed locally: shared documents are available under partition and merge
-  after the heal.
+  after the heal. A DocumentInterest names at most
+  :data:`DOCUMENTS_PER_MESSAGE` documents (the coordinator's intake limit);
+  more are sent as several messages, which the leader's hub adds up.
 * **Fencing.** A handle opened through a ``TaskContext`` refuses operations
   once its task must stop (``TaskCancelled``); a handle opened by an
   agent-level service (``Agent.service``) is not tied to a task.
@@ -81,7 +83,7 @@ from reconcile.documents import (
 )
 from reconcile.endpoint import Batch, ReplicaEndpoint
 from reconcile.hlc import ClockDriftError, HLCTimestamp, HybridLogicalClock
-from reconcile.hub import DocDelta
+from reconcile.hub import DocDelta, DocState
 
 __all__ = [
     "BATCH_DELAY_S",
@@ -110,6 +112,13 @@ BATCH_DELAY_S = 0.1
 
 COMPACT_EVERY_DELTAS = 512
 """Log rows of one document after which its snapshot is rewritten."""
+
+DOCUMENTS_PER_MESSAGE = 1024
+"""Most documents one DocumentInterest names.
+
+At most ``coordinator.core.limits.LIMITS.documents_per_message``: the
+coordinator ends a Session whose message names more (INVALID_ARGUMENT).
+"""
 
 DOCUMENT_BODIES = frozenset(
     {"reconcile_request", "delta_request", "delta_batch", "delta_ack", "reconcile_done"}
@@ -639,10 +648,8 @@ class SharedDocuments:
             await self.durable()
             if self._send is None:
                 return
-            out = agent_pb2.AgentMessage()
-            out.document_interest.SetInParent()  # no documents yet is still an interest
-            doc_states_to_pb(ep.interest(), out.document_interest.subscribe)
-            self._send(out)
+            for out in _interest_messages(ep.interest()):
+                self._send(out)
         elif body == "delta_batch":
             batch = msg.delta_batch
             deltas = deltas_from_pb(batch.deltas)
@@ -711,3 +718,20 @@ class SharedDocuments:
             for entry in dd.delta.payload:
                 with contextlib.suppress(ClockDriftError, TypeError, ValueError):
                     self._hlc.receive(HLCTimestamp(entry[1], entry[2]), now_ms)
+
+
+def _interest_messages(states: tuple[DocState, ...]) -> list[agent_pb2.AgentMessage]:
+    """DocumentInterest messages subscribing ``states``, each naming <= DOCUMENTS_PER_MESSAGE.
+
+    The leader's hub adds every interest message to what it knows of the
+    node (``reconcile.hub``: subscriptions only grow, until an unsubscribe),
+    so several messages subscribe as one would. With no documents one empty
+    message is sent: the interest that starts the Session's document traffic.
+    """
+    out = []
+    for i in range(0, max(1, len(states)), DOCUMENTS_PER_MESSAGE):
+        msg = agent_pb2.AgentMessage()
+        msg.document_interest.SetInParent()  # no documents yet is still an interest
+        doc_states_to_pb(states[i : i + DOCUMENTS_PER_MESSAGE], msg.document_interest.subscribe)
+        out.append(msg)
+    return out

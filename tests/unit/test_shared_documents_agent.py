@@ -178,3 +178,73 @@ async def test_document_service_merges_acks_fans_out_and_reconciles() -> None:
         decode_record(bytes(corrupt))
     svc.leadership_changed(False, 7)
     await svc.close()
+
+
+# ---- many documents, forgotten task documents (agent <-> DocumentService, no network) -----
+
+
+async def _leader() -> Any:
+    from coordinator.documents import DocumentService
+
+    svc = DocumentService("redis://127.0.0.1:1/0")  # nothing listens: loads nothing
+    svc.leadership_changed(True, 7)
+    await asyncio.sleep(0.2)
+    return svc
+
+
+async def _pump(svc: Any, channel: Any, docs: SharedDocuments, sent: list[Any]) -> None:
+    """Carry messages both ways until both sides are quiet."""
+    for _ in range(50):
+        await asyncio.sleep(0.03)
+        moved = False
+        while sent:
+            await svc.receive(channel, sent.pop(0))
+            moved = True
+        for msg in _drain(channel):
+            docs.receive(msg)
+            moved = True
+        if not moved and docs._inbox.empty():
+            return
+
+
+def test_the_agent_names_no_more_documents_per_message_than_the_coordinator_takes() -> None:
+    from coordinator.core.limits import LIMITS
+    from node_agent.shared import DOCUMENTS_PER_MESSAGE
+
+    assert 0 < DOCUMENTS_PER_MESSAGE <= LIMITS.documents_per_message
+
+
+async def test_a_welcome_interest_over_the_message_limit_is_split_and_accepted(
+    tmp_path: Path,
+) -> None:
+    from coordinator.documents import _document_message_problem
+    from coordinator.runtime import Channel
+
+    docs = SharedDocuments(tmp_path, "node-a")
+    await docs.start()
+    for i in range(1100):  # what ctx.crdt_state opens, one per task
+        docs.handle_doc(f"task/t{i:04d}", "g-counter")
+    await docs.handle_doc("task/t0007", "g-counter").increment(2)
+    svc = await _leader()
+    channel = Channel("sa")
+    channel.node_id = "node-a"
+    sent: list[agent_pb2.AgentMessage] = []
+    docs.session_opened(sent.append)
+    await asyncio.sleep(0.1)
+    interest = [m for m in sent if m.HasField("document_interest")]
+    named = [s.doc_id for m in interest for s in m.document_interest.subscribe]
+    assert sorted(named) == sorted(docs.endpoint.docs)
+    for msg in interest:
+        assert _document_message_problem(msg) == ""
+    assert len(interest) == 2
+    await _pump(svc, channel, docs, sent)
+    assert not channel.closed  # the coordinator took every message
+    hub = svc.hub
+    assert hub is not None
+    assert hub._nodes["node-a"].interest == set(docs.endpoint.docs)  # the messages add up
+    doc = hub.document("task/t0007")
+    assert doc is not None
+    assert doc.value() == 2  # asked for and merged what the node held
+    svc.leadership_changed(False, 7)
+    await svc.close()
+    await docs.close()

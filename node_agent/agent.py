@@ -717,6 +717,8 @@ class NodeAgent:
                     runner.forget(cmd.task_id)  # its ended run, if any
                 assert self._store is not None
                 await self._store.aio.forget(cmd.task_id)
+                if self.shared is not None:  # its task/<id> document, once shipped
+                    self.shared.forget_task(cmd.task_id)
             elif isinstance(cmd, StartTask):
                 assert runner is not None
                 runner.start(convert.assign_to_pb(cmd.assign))

@@ -33,7 +33,20 @@ Theory of operation: the protocol logic is pure
   pending until the leader's DeltaAck (resent from the acked state vector
   when the leader lacks part of it). Without a Session operations still
   succeed locally: shared documents are available under partition and merge
-  after the heal.
+  after the heal. A DocumentInterest names at most
+  :data:`DOCUMENTS_PER_MESSAGE` documents (the coordinator's intake limit);
+  more are sent as several messages, which the leader's hub adds up.
+* **Forgetting.** A task's document (``task/<task_id>``) is no longer
+  needed once the agent forgets the task (:meth:`SharedDocuments.forget`).
+  Nothing is lost: the replica is dropped only once it is *shipped* — the
+  leader confirmed, in the current Session, a canonical state vector covering
+  it (``ReplicaEndpoint.shipped``) — and stayed so for
+  :data:`FORGET_GRACE_S` in that Session (the leader persists its canonical
+  replica to Redis within a fraction of a second; a Session that ends first
+  voids the confirmation and the next leader must confirm again). Then its
+  rows leave ``shared.sqlite3`` and the leader is told to unsubscribe the
+  node. Until then the document stays, its intent to forget kept on disk so a
+  restart resumes it.
 * **Fencing.** A handle opened through a ``TaskContext`` refuses operations
   once its task must stop (``TaskCancelled``); a handle opened by an
   agent-level service (``Agent.service``) is not tied to a task.
@@ -81,7 +94,7 @@ from reconcile.documents import (
 )
 from reconcile.endpoint import Batch, ReplicaEndpoint
 from reconcile.hlc import ClockDriftError, HLCTimestamp, HybridLogicalClock
-from reconcile.hub import DocDelta
+from reconcile.hub import DocDelta, DocState
 
 __all__ = [
     "BATCH_DELAY_S",
@@ -111,6 +124,19 @@ BATCH_DELAY_S = 0.1
 COMPACT_EVERY_DELTAS = 512
 """Log rows of one document after which its snapshot is rewritten."""
 
+DOCUMENTS_PER_MESSAGE = 1024
+"""Most documents one DocumentInterest names.
+
+At most ``coordinator.core.limits.LIMITS.documents_per_message``: the
+coordinator ends a Session whose message names more (INVALID_ARGUMENT).
+"""
+
+FORGET_GRACE_S = 2.0
+"""How long a forgotten document stays shipped, in one Session, before it is dropped."""
+
+_DROPPED_REMEMBERED = 4096
+"""Recently dropped document ids kept to drop again one that a late delta reopens."""
+
 DOCUMENT_BODIES = frozenset(
     {"reconcile_request", "delta_request", "delta_batch", "delta_ack", "reconcile_done"}
 )
@@ -136,6 +162,7 @@ class SharedStore:
             CREATE TABLE IF NOT EXISTS log (
                 id INTEGER PRIMARY KEY AUTOINCREMENT, doc_id TEXT NOT NULL,
                 kind TEXT NOT NULL, delta BLOB NOT NULL);
+            CREATE TABLE IF NOT EXISTS forgotten (doc_id TEXT PRIMARY KEY);
             """
         )
 
@@ -172,13 +199,38 @@ class SharedStore:
                 _log.error("shared document %s: logged delta unreadable: %s", doc_id, exc)
         return docs, counts
 
+    def forgotten(self) -> set[str]:
+        """Documents marked to be dropped once shipped (``SharedDocuments.forget``)."""
+        return {str(row[0]) for row in self._db.execute("SELECT doc_id FROM forgotten")}
+
     def commit(
-        self, deltas: list[tuple[str, str, bytes]], snapshots: dict[str, tuple[str, bytes]]
+        self,
+        deltas: list[tuple[str, str, bytes]],
+        snapshots: dict[str, tuple[str, bytes]],
+        marks: dict[str, bool] | None = None,
+        drops: Iterable[str] = (),
     ) -> None:
-        """One transaction: append ``(doc_id, kind, delta)`` rows, replace ``snapshots``."""
+        """One transaction: marks, drops, then ``(doc_id, kind, delta)`` rows and ``snapshots``.
+
+        Args:
+            deltas: log rows to append.
+            snapshots: ``doc_id -> (kind, state)`` to write (their log rows go).
+            marks: ``doc_id -> True`` marks the document forgotten, ``False`` unmarks it.
+            drops: documents whose snapshot, log rows and mark are deleted; first,
+                so rows of a document reopened after its drop are kept.
+        """
         db = self._db
         db.execute("BEGIN IMMEDIATE")
         try:
+            for doc_id, marked in sorted((marks or {}).items()):
+                if marked:
+                    db.execute("INSERT OR IGNORE INTO forgotten(doc_id) VALUES (?)", (doc_id,))
+                else:
+                    db.execute("DELETE FROM forgotten WHERE doc_id = ?", (doc_id,))
+            for doc_id in sorted(set(drops)):
+                db.execute("DELETE FROM docs WHERE doc_id = ?", (doc_id,))
+                db.execute("DELETE FROM log WHERE doc_id = ?", (doc_id,))
+                db.execute("DELETE FROM forgotten WHERE doc_id = ?", (doc_id,))
             db.executemany(
                 "INSERT INTO log(doc_id, kind, delta) VALUES (?, ?, ?)",
                 [row for row in deltas if row[0] not in snapshots],
@@ -382,6 +434,13 @@ class SharedDocuments:
         self._tasks: list[asyncio.Task[None]] = []
         self._flush_handle: asyncio.TimerHandle | None = None
         self._synced: dict[str, asyncio.Event] = {}
+        self._forgetting: dict[str, float | None] = {}  # doc -> shipped since (monotonic s)
+        self._marks: dict[str, bool] = {}  # forget marks to write (True) / delete (False)
+        self._drops: set[str] = set()  # dropped documents whose rows are to be deleted
+        self._committing: set[str] = set()  # documents of the commit in progress
+        self._dropped: dict[str, None] = {}  # recently dropped (bounded, in order)
+        self._review_handle: asyncio.TimerHandle | None = None
+        self.forget_grace_s = FORGET_GRACE_S
         self.reconciles: list[dict[str, Any]] = []
         """ReconcileDone messages received (for logs and tests)."""
 
@@ -406,6 +465,8 @@ class SharedDocuments:
                         last = HLCTimestamp(wall_ms, logical)
         self._hlc = HybridLogicalClock(self.replica_id, last=last)
         self._log_rows = counts
+        forgotten = await loop.run_in_executor(self._pool, store.forgotten)
+        self._forgetting = {d: None for d in sorted(forgotten) if d in self.endpoint.docs}
         self._idle.set()
         self._tasks = [
             asyncio.create_task(self._writer(), name="shared-writer"),
@@ -431,6 +492,8 @@ class SharedDocuments:
         self._tasks = []
         if self._flush_handle is not None:
             self._flush_handle.cancel()
+        if self._review_handle is not None:
+            self._review_handle.cancel()
         if self._store is not None:
             store, self._store = self._store, None
             loop = asyncio.get_running_loop()
@@ -491,12 +554,92 @@ class SharedDocuments:
             raise ValueError(f"kind {kind!r} is unknown; known: {sorted(KINDS)}")
         new = doc_id not in self.endpoint.docs
         self.endpoint.open(doc_id, kind)
+        self._dropped.pop(doc_id, None)
+        if doc_id in self._forgetting:  # needed again (the task came back)
+            del self._forgetting[doc_id]
+            self._marks[doc_id] = False
+            self._kick()
         if new and self._send is not None:  # subscribe at once for live deltas
             msg = agent_pb2.AgentMessage()
             msg.document_interest.SetInParent()  # the oneof is set even with nothing in it
             doc_states_to_pb(self.endpoint.states([doc_id]), msg.document_interest.subscribe)
             self._send(msg)
         return SharedDocument(self, doc_id, kind, check)
+
+    def forget_task(self, task_id: str) -> None:
+        """The agent forgot ``task_id``: drop ``task/<task_id>`` once shipped (see ``forget``)."""
+        self.forget(f"task/{task_id}")
+
+    def forget(self, doc_id: str) -> None:
+        """Drop the replica of ``doc_id`` once nothing of it is left to ship.
+
+        The intent is durable at once (a restart resumes it); the replica, its
+        rows in ``shared.sqlite3`` and the node's subscription at the leader go
+        once the leader confirmed the replica's state vector and it stayed so
+        for ``forget_grace_s`` in one Session (module docstring, *Forgetting*).
+        Opening the document again (``handle_doc``) cancels it. Unknown
+        documents are ignored.
+        """
+        if doc_id not in self.endpoint.docs or doc_id in self._forgetting:
+            return
+        self._forgetting[doc_id] = None
+        self._marks[doc_id] = True
+        self._kick()
+        self._review()
+
+    def forgetting(self) -> tuple[str, ...]:
+        """Documents to be dropped once shipped, sorted."""
+        return tuple(sorted(self._forgetting))
+
+    def _review(self) -> None:
+        """Drop every forgotten replica shipped for ``forget_grace_s`` in this Session."""
+        if self._review_handle is not None:
+            self._review_handle.cancel()
+            self._review_handle = None
+        if not self._forgetting or self._send is None or self._store is None:
+            return  # without a Session nothing is confirmed; the next Welcome resumes it
+        now = time.monotonic()
+        busy = self._committing | {w.doc_id for w in self._writes}
+        dropped: list[str] = []
+        due: float | None = None
+        for doc_id in sorted(self._forgetting):
+            if doc_id not in self.endpoint.docs:
+                del self._forgetting[doc_id]
+                continue
+            if doc_id in busy or not self.endpoint.shipped(doc_id):
+                self._forgetting[doc_id] = None
+                continue
+            since = self._forgetting[doc_id]
+            if since is None:
+                since = self._forgetting[doc_id] = now
+            if now - since >= self.forget_grace_s:
+                dropped.append(doc_id)
+            else:
+                at = since + self.forget_grace_s
+                due = at if due is None else min(due, at)
+        for doc_id in dropped:
+            self._drop(doc_id)
+        for i in range(0, len(dropped), DOCUMENTS_PER_MESSAGE):
+            msg = agent_pb2.AgentMessage()
+            msg.document_interest.unsubscribe_doc_ids.extend(dropped[i : i + DOCUMENTS_PER_MESSAGE])
+            self._send(msg)
+        if due is not None:
+            loop = asyncio.get_running_loop()
+            self._review_handle = loop.call_later(max(0.0, due - now), self._review)
+
+    def _drop(self, doc_id: str) -> None:
+        """Forget a shipped replica in memory now; its rows go with the next commit."""
+        self.endpoint.drop(doc_id)
+        del self._forgetting[doc_id]
+        self._marks.pop(doc_id, None)
+        self._synced.pop(doc_id, None)
+        self._log_rows.pop(doc_id, None)
+        self._drops.add(doc_id)
+        self._dropped[doc_id] = None
+        while len(self._dropped) > _DROPPED_REMEMBERED:
+            self._dropped.pop(next(iter(self._dropped)))
+        self._kick()
+        _log.info("shared document %s dropped: shipped, and its task is forgotten", doc_id)
 
     def document(self, doc_id: str, kind: str) -> Document:
         """The replica of ``doc_id``."""
@@ -529,12 +672,18 @@ class SharedDocuments:
 
     def _queue_write(self, write: _Write) -> None:
         self._writes.append(write)
+        self._kick()
+
+    def _kick(self) -> None:
         self._idle.clear()
         self._wake.set()
 
+    def _queued(self) -> bool:
+        return bool(self._writes or self._marks or self._drops)
+
     async def durable(self) -> None:
-        """Return once every operation applied so far is committed."""
-        while self._writes or self._writing:
+        """Return once every operation, forget mark and drop so far is committed."""
+        while self._queued() or self._writing:
             await self._idle.wait()
 
     async def _writer(self) -> None:
@@ -542,26 +691,37 @@ class SharedDocuments:
         while True:
             await self._wake.wait()
             self._wake.clear()
-            if not self._writes or self._store is None:
+            if not self._queued() or self._store is None:
                 continue
             writes, self._writes = self._writes, []
+            marks, self._marks = self._marks, {}
+            drops, self._drops = self._drops, set()
             self._writing = True
+            self._committing = {w.doc_id for w in writes}
             rows = [(w.doc_id, w.kind, w.delta.encode()) for w in writes]
             snapshots: dict[str, tuple[str, bytes]] = {}
             for w in writes:
                 self._log_rows[w.doc_id] = self._log_rows.get(w.doc_id, 0) + 1
             for doc_id in {w.doc_id for w in writes}:
-                if self._log_rows.get(doc_id, 0) >= COMPACT_EVERY_DELTAS:
-                    doc = self.endpoint.docs[doc_id]
+                doc = self.endpoint.docs.get(doc_id)
+                if doc is not None and self._log_rows.get(doc_id, 0) >= COMPACT_EVERY_DELTAS:
                     snapshots[doc_id] = (doc.kind, doc.encode())  # covers every applied op
                     self._log_rows[doc_id] = 0
             error: BaseException | None = None
             try:
-                await loop.run_in_executor(self._pool, self._store.commit, rows, snapshots)
+                await loop.run_in_executor(
+                    self._pool, self._store.commit, rows, snapshots, marks, drops
+                )
             except Exception as exc:
                 error = exc
                 _log.error("shared documents: commit failed: %s", exc)
+                for doc_id, marked in marks.items():  # written again with the next commit
+                    self._marks.setdefault(doc_id, marked)
+                self._drops |= drops
             self._writing = False
+            self._committing = set()
+            if self._forgetting and any(w.doc_id in self._forgetting for w in writes):
+                self._review()  # a forgotten document's write is durable: it may go now
             if error is None and any(w.local for w in writes):
                 for w in writes:  # committed: ship, even when the caller was cancelled
                     if w.local:
@@ -573,8 +733,11 @@ class SharedDocuments:
                         w.done.set_result(None)
                     else:
                         w.done.set_exception(error)
-            if not self._writes:
+            if not self._queued():
                 self._idle.set()
+            elif error is not None:
+                await asyncio.sleep(0.5)  # a failing disk: retry, not spin
+                self._wake.set()
 
     # ---- the Session ---------------------------------------------------------------------
 
@@ -612,11 +775,22 @@ class SharedDocuments:
     def session_opened(self, send: Callable[[agent_pb2.AgentMessage], None]) -> None:
         """A Welcome arrived: send DocumentInterest (after everything applied is durable)."""
         self._send = send
+        self._unconfirm()
         self._inbox.put_nowait(agent_pb2.CoordinatorMessage())  # marker: send interest
 
     def session_closed(self) -> None:
         """The Session ended: stop sending until the next Welcome."""
         self._send = None
+        self._unconfirm()
+
+    def _unconfirm(self) -> None:
+        """What a leader confirmed in an earlier Session must be confirmed again."""
+        self.endpoint.clear_confirmed()
+        for doc_id in self._forgetting:
+            self._forgetting[doc_id] = None
+        if self._review_handle is not None:
+            self._review_handle.cancel()
+            self._review_handle = None
 
     def receive(self, msg: agent_pb2.CoordinatorMessage) -> None:
         """A document message from the leader (handled in order, off the read loop)."""
@@ -639,10 +813,8 @@ class SharedDocuments:
             await self.durable()
             if self._send is None:
                 return
-            out = agent_pb2.AgentMessage()
-            out.document_interest.SetInParent()  # no documents yet is still an interest
-            doc_states_to_pb(ep.interest(), out.document_interest.subscribe)
-            self._send(out)
+            for out in _interest_messages(ep.interest()):
+                self._send(out)
         elif body == "delta_batch":
             batch = msg.delta_batch
             deltas = deltas_from_pb(batch.deltas)
@@ -663,15 +835,21 @@ class SharedDocuments:
                 out.delta_ack.batch_id = batch.batch_id
                 doc_states_to_pb(ep.states({dd.doc_id for dd in deltas}), out.delta_ack.merged)
                 self._send(out)
+            for dd in deltas:  # a late delta reopened a dropped document: drop it again
+                if dd.doc_id in self._dropped and dd.doc_id in ep.docs:
+                    self.forget(dd.doc_id)
+            self._review()
         elif body == "delta_ack":
             ack = msg.delta_ack
             resend = ep.on_ack(ack.batch_id, doc_states_from_pb(ack.merged))
             if resend is not None:
                 self._send_batch(resend)
+            self._review()
         elif body == "delta_request":
             req = msg.delta_request
             await self.durable()
             self._send_batch(ep.answer_request(req.session_id, doc_states_from_pb(req.have)))
+            self._review()
         elif body == "reconcile_request":
             rr = msg.reconcile_request
             await self.durable()
@@ -711,3 +889,20 @@ class SharedDocuments:
             for entry in dd.delta.payload:
                 with contextlib.suppress(ClockDriftError, TypeError, ValueError):
                     self._hlc.receive(HLCTimestamp(entry[1], entry[2]), now_ms)
+
+
+def _interest_messages(states: tuple[DocState, ...]) -> list[agent_pb2.AgentMessage]:
+    """DocumentInterest messages subscribing ``states``, each naming <= DOCUMENTS_PER_MESSAGE.
+
+    The leader's hub adds every interest message to what it knows of the
+    node (``reconcile.hub``: subscriptions only grow, until an unsubscribe),
+    so several messages subscribe as one would. With no documents one empty
+    message is sent: the interest that starts the Session's document traffic.
+    """
+    out = []
+    for i in range(0, max(1, len(states)), DOCUMENTS_PER_MESSAGE):
+        msg = agent_pb2.AgentMessage()
+        msg.document_interest.SetInParent()  # no documents yet is still an interest
+        doc_states_to_pb(states[i : i + DOCUMENTS_PER_MESSAGE], msg.document_interest.subscribe)
+        out.append(msg)
+    return out

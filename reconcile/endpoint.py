@@ -26,6 +26,14 @@ remote delta are made durable by the shell before anything derived from them
   leader resends.
 * :meth:`answer_request` answers a DeltaRequest; :meth:`report` a
   ReconcileRequest.
+* Shipped (:meth:`shipped`): every state vector the leader reports of its
+  canonical replica in this Session (a DeltaAck's ``merged``, the
+  ``state_vector`` of each delta it sends, a DeltaRequest's ``have``) is
+  joined into ``confirmed``; a replica is shipped when that join covers its
+  own state vector — every operation it holds is in the canonical replica.
+  The joins are cleared after a Welcome (:meth:`interest`) and when the
+  Session ends (:meth:`clear_confirmed`): a new leader must confirm again.
+  Only a shipped replica may be dropped (:meth:`drop`).
 """
 
 from __future__ import annotations
@@ -70,6 +78,7 @@ class ReplicaEndpoint:
         self._queue: list[DocDelta] = []
         self._pending: dict[int, _Pending] = {}
         self._next_batch = 1
+        self._confirmed: dict[str, VectorClock] = {}
 
     # ---- replicas ----------------------------------------------------------------
 
@@ -89,6 +98,30 @@ class ReplicaEndpoint:
     def adopt(self, doc_id: str, doc: Document) -> None:
         """Install a replica loaded from durable storage."""
         self.docs[doc_id] = doc
+
+    def drop(self, doc_id: str) -> None:
+        """Forget the replica of ``doc_id`` (and its queued deltas); see :meth:`shipped`."""
+        self.docs.pop(doc_id, None)
+        self._confirmed.pop(doc_id, None)
+        self._queue = [dd for dd in self._queue if dd.doc_id != doc_id]
+
+    def shipped(self, doc_id: str) -> bool:
+        """True when the leader confirmed, in this Session, every operation of ``doc_id``.
+
+        A replica that does not exist, or holds no operation, is shipped.
+        """
+        doc = self.docs.get(doc_id)
+        if doc is None:
+            return True
+        return self._confirmed.get(doc_id, VectorClock()).descends(doc.state_vector())
+
+    def clear_confirmed(self) -> None:
+        """The Session ended: what the leader confirmed must be confirmed again."""
+        self._confirmed.clear()
+
+    def _confirm(self, doc_id: str, canonical: VectorClock) -> None:
+        have = self._confirmed.get(doc_id)
+        self._confirmed[doc_id] = canonical if have is None else have.merge(canonical)
 
     def apply(self, doc_id: str, op: Operation) -> Delta:
         """Run a local operation on an open replica; return its delta (persist, then enqueue).
@@ -138,6 +171,7 @@ class ReplicaEndpoint:
         """State vectors of every replica (DocumentInterest after a Welcome)."""
         self._pending.clear()
         self._queue.clear()  # the leader's DeltaRequest will ask for all of it
+        self._confirmed.clear()  # maybe another leader: it confirms afresh
         return self.states(self.docs)
 
     def states(self, doc_ids: Iterable[str]) -> tuple[DocState, ...]:
@@ -151,6 +185,9 @@ class ReplicaEndpoint:
 
     def on_ack(self, batch_id: int, merged: Iterable[DocState]) -> Batch | None:
         """The leader's DeltaAck; returns a batch to resend when it lacks part of ours."""
+        merged = list(merged)
+        for ds in merged:  # the canonical replica's state vectors
+            self._confirm(ds.doc_id, ds.state_vector)
         pending = self._pending.pop(batch_id, None)
         if pending is None:
             return None
@@ -167,6 +204,7 @@ class ReplicaEndpoint:
         """Answer a DeltaRequest: every operation not covered by ``have``."""
         deltas = []
         for ds in sorted(have, key=lambda d: d.doc_id):
+            self._confirm(ds.doc_id, ds.state_vector)
             doc = self.docs.get(ds.doc_id)
             if doc is None or doc.kind != ds.kind:
                 continue
@@ -187,6 +225,7 @@ class ReplicaEndpoint:
         merged: list[DocDelta] = []
         touched: set[str] = set()
         for dd in deltas:
+            self._confirm(dd.doc_id, dd.delta.state_vector)  # what the sender holds
             doc = self.docs.get(dd.doc_id)
             if doc is None:
                 doc = self.docs[dd.doc_id] = new_document(dd.delta.kind, self.replica_id)

@@ -421,6 +421,7 @@ async def test_a_zombies_crdt_task_state_merges_into_the_current_owners_state(
         for child in cluster.agents:
             child.terminate(10.0)
         owner = read_replicas(run_dir / "agent-1").get(doc_id)
+        owner_log = (run_dir / "agent-1.log").read_text(errors="replace")
         zombie_log = (run_dir / "agent-0.log").read_text(errors="replace")
     finally:
         await asyncio.to_thread(cluster.stop)
@@ -431,8 +432,10 @@ async def test_a_zombies_crdt_task_state_merges_into_the_current_owners_state(
     assert zombie_after_cut, "the zombie acknowledged increments after the cut"
     assert later, "the new owner kept working"
     assert value == len(acked), (value, len(acked))
-    assert owner is not None
-    assert owner.value() == len(acked), "the current owner holds the merged state"
+    if owner is None:  # the task finished: its document went once the leader had all of it
+        assert f"shared document {doc_id} dropped" in owner_log
+    else:
+        assert owner.value() == len(acked), "the current owner holds the merged state"
     assert "crdt_state_merged" in zombie_log
     print(
         f"\nzombie CRDT task state: {len(acked)} acknowledged increments, "

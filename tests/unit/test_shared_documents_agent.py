@@ -178,3 +178,198 @@ async def test_document_service_merges_acks_fans_out_and_reconciles() -> None:
         decode_record(bytes(corrupt))
     svc.leadership_changed(False, 7)
     await svc.close()
+
+
+# ---- many documents, forgotten task documents (agent <-> DocumentService, no network) -----
+
+
+async def _leader() -> Any:
+    from coordinator.documents import DocumentService
+
+    svc = DocumentService("redis://127.0.0.1:1/0")  # nothing listens: loads nothing
+    svc.leadership_changed(True, 7)
+    await asyncio.sleep(0.2)
+    return svc
+
+
+async def _pump(svc: Any, channel: Any, docs: SharedDocuments, sent: list[Any]) -> None:
+    """Carry messages both ways until both sides are quiet."""
+    for _ in range(50):
+        await asyncio.sleep(0.03)
+        moved = False
+        while sent:
+            await svc.receive(channel, sent.pop(0))
+            moved = True
+        for msg in _drain(channel):
+            docs.receive(msg)
+            moved = True
+        if not moved and docs._inbox.empty():
+            return
+
+
+def test_the_agent_names_no_more_documents_per_message_than_the_coordinator_takes() -> None:
+    from coordinator.core.limits import LIMITS
+    from node_agent.shared import DOCUMENTS_PER_MESSAGE
+
+    assert 0 < DOCUMENTS_PER_MESSAGE <= LIMITS.documents_per_message
+
+
+async def test_a_welcome_interest_over_the_message_limit_is_split_and_accepted(
+    tmp_path: Path,
+) -> None:
+    from coordinator.documents import _document_message_problem
+    from coordinator.runtime import Channel
+
+    docs = SharedDocuments(tmp_path, "node-a")
+    await docs.start()
+    for i in range(1100):  # what ctx.crdt_state opens, one per task
+        docs.handle_doc(f"task/t{i:04d}", "g-counter")
+    await docs.handle_doc("task/t0007", "g-counter").increment(2)
+    svc = await _leader()
+    channel = Channel("sa")
+    channel.node_id = "node-a"
+    sent: list[agent_pb2.AgentMessage] = []
+    docs.session_opened(sent.append)
+    await asyncio.sleep(0.1)
+    interest = [m for m in sent if m.HasField("document_interest")]
+    named = [s.doc_id for m in interest for s in m.document_interest.subscribe]
+    assert sorted(named) == sorted(docs.endpoint.docs)
+    for msg in interest:
+        assert _document_message_problem(msg) == ""
+    assert len(interest) == 2
+    await _pump(svc, channel, docs, sent)
+    assert not channel.closed  # the coordinator took every message
+    hub = svc.hub
+    assert hub is not None
+    assert hub._nodes["node-a"].interest == set(docs.endpoint.docs)  # the messages add up
+    doc = hub.document("task/t0007")
+    assert doc is not None
+    assert doc.value() == 2  # asked for and merged what the node held
+    svc.leadership_changed(False, 7)
+    await svc.close()
+    await docs.close()
+
+
+async def test_a_forgotten_task_document_goes_from_memory_disk_and_leader_once_shipped(
+    tmp_path: Path,
+) -> None:
+    from coordinator.runtime import Channel
+
+    docs = SharedDocuments(tmp_path, "node-a")
+    await docs.start()
+    docs.forget_grace_s = 0.1
+    state = await docs.task_state("t1", "g-counter", None, 0.0)
+    await state.increment(3)
+    kept = docs.handle("hits", "g-counter")
+    await kept.increment(1)
+    docs.forget_task("t1")  # no Session: nothing confirmed, so it stays
+    docs.forget_task("never-had-crdt-state")  # ignored
+    await asyncio.sleep(0.3)
+    assert docs.holds("task/t1")
+    assert docs.forgetting() == ("task/t1",)
+    await docs.close()
+    assert "task/t1" in read_replicas(tmp_path)
+
+    again = SharedDocuments(tmp_path, "node-a")  # the intent survives a restart
+    await again.start()
+    again.forget_grace_s = 0.1
+    assert again.forgetting() == ("task/t1",)
+    svc = await _leader()
+    channel = Channel("sa")
+    channel.node_id = "node-a"
+    sent: list[agent_pb2.AgentMessage] = []
+    again.session_opened(sent.append)
+    await _pump(svc, channel, again, sent)
+    await asyncio.sleep(0.3)  # the grace
+    await _pump(svc, channel, again, sent)
+    await again.durable()
+    hub = svc.hub
+    assert hub is not None
+    shipped = hub.document("task/t1")
+    assert shipped is not None
+    assert shipped.value() == 3  # the leader holds every operation first
+    assert not again.holds("task/t1")
+    assert again.forgetting() == ()
+    assert "task/t1" not in again._synced
+    assert "task/t1" not in again._log_rows
+    assert "task/t1" not in hub._nodes["node-a"].interest  # unsubscribed
+    assert again.holds("shared/hits")
+    await again.close()
+    on_disk = read_replicas(tmp_path)
+    assert "task/t1" not in on_disk
+    assert on_disk["shared/hits"].value() == 1
+    last = SharedDocuments(tmp_path, "node-a")
+    await last.start()
+    assert not last.holds("task/t1")
+    assert last.forgetting() == ()
+    await last.close()
+    svc.leadership_changed(False, 7)
+    await svc.close()
+
+
+async def test_a_forgotten_document_stays_until_the_leader_confirms_its_deltas(
+    tmp_path: Path,
+) -> None:
+    docs = SharedDocuments(tmp_path, "node-a")
+    await docs.start()
+    docs.forget_grace_s = 0.1
+    sent: list[agent_pb2.AgentMessage] = []
+    docs.session_opened(sent.append)
+    await asyncio.sleep(0.05)
+    state = docs.handle_doc("task/t1", "g-counter")
+    await state.increment(3)
+    await asyncio.sleep(0.2)  # the batch delay: the delta is sent, not acknowledged
+    batches = [m for m in sent if m.HasField("delta_batch")]
+    assert batches
+    docs.forget_task("t1")
+    await asyncio.sleep(0.3)
+    assert docs.holds("task/t1")  # unshipped: kept past the grace
+
+    ack = agent_pb2.CoordinatorMessage()  # the leader merged less than the node sent
+    ack.delta_ack.batch_id = batches[-1].delta_batch.batch_id
+    ack.delta_ack.merged.add(doc_id="task/t1", crdt_type=1)
+    docs.receive(ack)
+    await asyncio.sleep(0.3)
+    assert docs.holds("task/t1")
+
+    rid = docs.replica_id
+    ack = agent_pb2.CoordinatorMessage()  # now it holds everything
+    ack.delta_ack.batch_id = 999
+    covered = ack.delta_ack.merged.add(doc_id="task/t1", crdt_type=1)
+    covered.state_vector.counters[rid] = 1
+    docs.receive(ack)
+    await asyncio.sleep(0.02)
+    docs.session_closed()  # ... but the Session ended within the grace: void
+    await asyncio.sleep(0.3)
+    assert docs.holds("task/t1")
+
+    sent.clear()
+    docs.session_opened(sent.append)
+    await asyncio.sleep(0.05)
+    docs.receive(ack)  # the next leader confirms it
+    await asyncio.sleep(0.3)
+    assert not docs.holds("task/t1")
+    unsubscribe = [
+        list(m.document_interest.unsubscribe_doc_ids)
+        for m in sent
+        if m.HasField("document_interest") and m.document_interest.unsubscribe_doc_ids
+    ]
+    assert unsubscribe == [["task/t1"]]
+    await docs.close()
+    assert "task/t1" not in read_replicas(tmp_path)
+
+
+async def test_opening_a_forgotten_document_again_keeps_it(tmp_path: Path) -> None:
+    docs = SharedDocuments(tmp_path, "node-a")
+    await docs.start()
+    await docs.handle_doc("task/t1", "g-counter").increment(1)
+    docs.forget_task("t1")
+    assert docs.forgetting() == ("task/t1",)
+    docs.handle_doc("task/t1", "g-counter")  # the task came back to this node
+    assert docs.forgetting() == ()
+    await docs.close()
+    again = SharedDocuments(tmp_path, "node-a")
+    await again.start()
+    assert again.forgetting() == ()
+    assert again.holds("task/t1")
+    await again.close()

@@ -42,8 +42,14 @@ Theory of operation: the protocol logic is pure
   leader confirmed, in the current Session, a canonical state vector covering
   it (``ReplicaEndpoint.shipped``) — and stayed so for
   :data:`FORGET_GRACE_S` in that Session (the leader persists its canonical
-  replica to Redis within a fraction of a second; a Session that ends first
-  voids the confirmation and the next leader must confirm again). Then its
+  replica to Redis within a fraction of a second, and retries a failed write;
+  a Session that ends first voids the confirmation and the next leader must
+  confirm again). The leader confirms from memory, so what the grace covers is
+  a leader whose Redis writes fail for the whole grace and which then dies
+  before one succeeds: the document's last operations would be lost with it.
+  The grace is long (30 s) to make that a double fault lasting half a minute
+  while the Session stays up; a confirmation of the *persisted* state vector
+  would close it and is not in the protocol yet. Then its
   rows leave ``shared.sqlite3`` and the leader is told to unsubscribe the
   node. Until then the document stays, its intent to forget kept on disk so a
   restart resumes it.
@@ -131,8 +137,11 @@ At most ``coordinator.core.limits.LIMITS.documents_per_message``: the
 coordinator ends a Session whose message names more (INVALID_ARGUMENT).
 """
 
-FORGET_GRACE_S = 2.0
-"""How long a forgotten document stays shipped, in one Session, before it is dropped."""
+FORGET_GRACE_S = 30.0
+"""How long a forgotten document stays shipped, in one Session, before it is dropped, s.
+
+Far above the leader's persist debounce (0.2 s): the replica outlives a Redis
+outage of that length on the leader's side (module docstring, *Forgetting*)."""
 
 _DROPPED_REMEMBERED = 4096
 """Recently dropped document ids kept to drop again one that a late delta reopens."""

@@ -365,6 +365,9 @@ class CoordinatorCore:
         # Tasks whose release timed out: revoked at this epoch, requeued once the
         # owner shows it stopped (a heartbeat or Hello without it) or is gone.
         self._revoking: dict[str, int] = {}
+        # Revokes no heartbeat may have answered yet (NodeEntry.note_revoked,
+        # held=False): task id -> (node id, epoch), forgotten with the task.
+        self._unseen_revokes: dict[str, set[tuple[str, int]]] = {}
         # Forked tasks whose seed checkpoint is being written: not placed until ForkSeeded.
         self._unseeded: set[str] = set()
         # Retention: (finished or left at, id), soonest first; stale entries skipped.
@@ -599,6 +602,7 @@ class CoordinatorCore:
         self._interrupted_at = {}
         self._last_heard = {}
         self._revoking = {}
+        self._unseen_revokes = {}
         self._pinned = {}
         self._unseeded = set()
         self._retire_tasks = []
@@ -804,7 +808,7 @@ class CoordinatorCore:
         entry.session_id = ev.session_id
         entry.last_seq = 0
         entry.load = NodeLoad()
-        entry.revoked = set()
+        entry.new_session()
         entry.dead_since_s = None
         self._detector.watch(ev.node_id, now)
         self._put_node(entry, record, out)
@@ -973,6 +977,8 @@ class CoordinatorCore:
             out.notices.append(self._recovered(entry, previous))
             entry.unavailable_since_s = None
         self._send(entry, HeartbeatAck(ev.seq, self._term, entry.state), out)
+        if entry.revoked:  # rare: most heartbeats follow no Revoke and skip this
+            entry.prune_revoked({(p.task_id, p.epoch) for p in ev.tasks})
         if self._revoking:  # rare: a release timed out; most heartbeats skip this
             running = {(p.task_id, p.epoch) for p in ev.tasks}
             for owned in self._tasks.owned_by(ev.node_id):
@@ -1177,6 +1183,10 @@ class CoordinatorCore:
                 heapq.heappush(heap, (finished, task_id))
                 continue
             out.retired_tasks.append(self._tasks.remove(task_id))
+            for node_id, epoch in self._unseen_revokes.pop(task_id, ()):
+                revoked_on = self._nodes.get(node_id)
+                if revoked_on is not None:
+                    revoked_on.forget_revoked((task_id, epoch))
         nodes = self._retire_nodes
         while nodes and nodes[0][0] <= horizon and len(out.retired_nodes) < MAX_RETIRE:
             _, node_id = heapq.heappop(nodes)
@@ -1319,6 +1329,7 @@ class CoordinatorCore:
                 RevokeReason.RELEASE_TIMEOUT,
                 "",
                 out,
+                held=False,
                 message="not released in time; it will resume elsewhere",
             )
 
@@ -1341,6 +1352,7 @@ class CoordinatorCore:
                         RevokeReason.DEADLINE_EXCEEDED,
                         "",
                         out,
+                        held=False,
                     )
             error = TaskError(
                 code=TaskErrorCode.DEADLINE_EXCEEDED,
@@ -1712,7 +1724,14 @@ class CoordinatorCore:
             entry = self._nodes[owner]
             if entry.connected:
                 self._revoke(
-                    entry, task.task_id, task.epoch, task.epoch, RevokeReason.CANCELLED, "", out
+                    entry,
+                    task.task_id,
+                    task.epoch,
+                    task.epoch,
+                    RevokeReason.CANCELLED,
+                    "",
+                    out,
+                    held=False,
                 )
         self._finish(task, TaskTrigger.CANCEL, TaskState.CANCELLED, out, cancel_reason=ev.reason)
         out.notices.append(notices.TaskCancelled(task.task_id, owner, ev.reason))
@@ -2241,9 +2260,15 @@ class CoordinatorCore:
         current_owner: str,
         out: _Out,
         *,
+        held: bool = True,
         message: str = "",
     ) -> None:
-        entry.revoked.add((task_id, epoch))
+        """Tell the node to drop ``task_id`` at ``epoch`` (once per Session; see
+        ``NodeEntry.note_revoked`` for ``held``: False for a Revoke that may
+        overtake its Assign, remembered until the task is retired)."""
+        entry.note_revoked((task_id, epoch), held=held)
+        if not held:
+            self._unseen_revokes.setdefault(task_id, set()).add((entry.node_id, epoch))
         self._send(
             entry, Revoke(task_id, epoch, current_epoch, reason, current_owner, message), out
         )

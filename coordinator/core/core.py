@@ -353,8 +353,11 @@ class CoordinatorCore:
         # Why a PENDING task waits (for its next Assign): reason, move reason, from node.
         self._requeue: dict[str, tuple[AssignReason, MoveReason | None, str]] = {}
         # Recoveries under way: a gone node -> its tasks not yet RUNNING elsewhere.
+        # A task moved off a gone node whose next owner goes before it starts
+        # waits in both nodes' recoveries: each completes only once the task
+        # runs again (or ends), as RecoveryCompleted promises.
         self._recoveries: dict[str, _Recovery] = {}
-        self._recovering: dict[str, str] = {}  # task id -> gone node it came from
+        self._recovering: dict[str, list[str]] = {}  # task id -> gone nodes it came from
         self._interrupted_at: dict[str, float] = {}  # task id -> when it lost its owner
         self._last_heard: dict[str, float] = {}  # moved task id -> its dead owner's last beat
         # Migrated tasks released by their owner, waiting for placement on the
@@ -1201,6 +1204,9 @@ class CoordinatorCore:
                 heapq.heappush(nodes, (self._now_s, node_id))  # again a retention period later
                 continue
             del self._nodes[node_id]
+            # Its recovery, if a task of it still waits (unplaced for a retention
+            # period), ends untold: the id coming back is a new node.
+            self._recoveries.pop(node_id, None)
             self._unhealthy.discard(node_id)
             self._guard_dirty = True
             self._detector.forget(node_id)
@@ -1269,7 +1275,9 @@ class CoordinatorCore:
             heard_s = self._detector.last_heard_s(node_id)
             for task in owned:
                 recovery.waiting.add(task.task_id)
-                self._recovering[task.task_id] = node_id
+                came_from = self._recovering.setdefault(task.task_id, [])
+                if node_id not in came_from:
+                    came_from.append(node_id)
                 if heard_s is not None:
                     self._last_heard[task.task_id] = heard_s
                 self._owner_lost(task, MoveReason.NODE_DEAD, out)
@@ -1293,19 +1301,20 @@ class CoordinatorCore:
         )
 
     def _recovery_task_done(self, task_id: str, running: bool, out: _Out) -> None:
-        """A task of a recovery runs on a new owner (``running``) or has ended."""
-        node_id = self._recovering.pop(task_id, None)
-        if node_id is None:
-            return
-        recovery = self._recoveries.get(node_id)
-        if recovery is None or task_id not in recovery.waiting:
-            return
-        recovery.waiting.discard(task_id)
-        if running:
-            recovery.recovered += 1
-        else:
-            recovery.failed += 1
-        self._recovery_progress(node_id, out)
+        """A task of a recovery runs on a new owner (``running``) or has ended.
+
+        It counts for every gone node it was moved off since it last ran.
+        """
+        for node_id in self._recovering.pop(task_id, ()):
+            recovery = self._recoveries.get(node_id)
+            if recovery is None or task_id not in recovery.waiting:
+                continue
+            recovery.waiting.discard(task_id)
+            if running:
+                recovery.recovered += 1
+            else:
+                recovery.failed += 1
+            self._recovery_progress(node_id, out)
 
     def _expire_releases(self, out: _Out) -> None:
         now = self._now_s

@@ -7,16 +7,20 @@ then (no Revoke lost, no RecoveryCompleted lost).
 
 from __future__ import annotations
 
-from core_harness import Harness, directives
+from core_harness import Harness, directives, notices_of
 
 from coordinator.core import (
     Assign,
     CancelRequested,
+    Command,
     CoreSettings,
+    NodeState,
     Revoke,
     RevokeReason,
     Started,
     TaskProgress,
+    TaskState,
+    notices,
 )
 
 
@@ -83,3 +87,74 @@ def test_a_revoke_of_an_unknown_task_is_forgotten_once_the_node_drops_it() -> No
     assert not directives(h.heartbeat("w0", [TaskProgress("x", 3)]), Revoke)
     h.heartbeat("w0")
     assert _revoked(h, "w0") == set()
+
+
+# -- recoveries ---------------------------------------------------------------------------------
+
+
+def _moved_twice(h: Harness) -> list[Command]:
+    """t1 runs on a; a dies; t1 goes to b, which dies before starting it; t1 goes to c.
+
+    Returns:
+        Every command up to c's Assign of t1 (epoch 3), not yet started.
+    """
+    h.lead()
+    h.hello("a", slots=1)
+    h.submit("r1", task_id="t1")
+    h.update("a", "t1", 1, Started())
+    out = h.run_until(1.0, heartbeating=["a"])
+    h.close("a")
+    h.hello("b", slots=1)
+    out += h.run_until(6.0, heartbeating=["b"])
+    assert h.core.node("a").record.state is NodeState.DEAD  # type: ignore[union-attr]
+    assert (h.task("t1").owner_node_id, h.task("t1").epoch) == ("b", 2)
+    h.close("b")
+    h.hello("c", slots=2)
+    out += h.run_until(12.0, heartbeating=["c"])
+    assert h.core.node("b").record.state is NodeState.DEAD  # type: ignore[union-attr]
+    assert (h.task("t1").owner_node_id, h.task("t1").epoch) == ("c", 3)
+    return out
+
+
+def test_a_task_moved_on_from_a_second_dead_owner_completes_both_recoveries() -> None:
+    h = Harness(_settings())
+    before = _moved_twice(h)
+    assert not notices_of(before, notices.RecoveryCompleted)  # t1 runs nowhere yet
+    commands = h.update("c", "t1", 3, Started())
+    done = notices_of(commands, notices.RecoveryCompleted)
+    assert sorted((n.node_id, n.tasks_recovered, n.tasks_failed) for n in done) == [
+        ("a", 1, 0),
+        ("b", 1, 0),
+    ]
+    assert h.core._recoveries == {}
+    assert h.core._recovering == {}
+
+
+def test_a_node_id_that_dies_again_after_its_task_moved_twice_reports_its_recovery() -> None:
+    h = Harness(_settings())
+    _moved_twice(h)
+    h.update("c", "t1", 3, Started())
+    h.hello("a", new_incarnation=True, slots=1)
+    h.submit("r2", task_id="t2")
+    assert h.task("t2").owner_node_id == "a"
+    h.update("a", "t2", 1, Started())
+    h.run_until(13.0, heartbeating=["a", "c"])
+    h.close("a")
+    h.run_until(20.0, heartbeating=["c"])
+    assert (h.task("t2").owner_node_id, h.task("t2").epoch) == ("c", 2)
+    done = notices_of(h.update("c", "t2", 2, Started()), notices.RecoveryCompleted)
+    assert [(n.node_id, n.incarnation, n.tasks_recovered) for n in done] == [("a", "a#2", 1)]
+
+
+def test_a_retired_node_leaves_no_recovery_behind() -> None:
+    h = Harness(_settings(retention_s=10.0))
+    h.lead()
+    h.hello("a", slots=1)
+    h.submit("r1", task_id="t1")
+    h.update("a", "t1", 1, Started())
+    h.run_until(1.0, heartbeating=["a"])
+    h.close("a")
+    h.run_until(20.0)  # no node to run t1: it waits PENDING, a's recovery with it
+    assert h.task("t1").state is TaskState.PENDING
+    assert h.core.node("a") is None  # retired: it owns nothing
+    assert "a" not in h.core._recoveries

@@ -684,13 +684,15 @@ class CoordinatorCore:
         for task in sorted(ev.tasks, key=lambda t: t.task_id):
             owner = task.owner_node_id
             if task.state.owned and owner not in self._nodes:
-                # A node etcd has no record of: treat it as DEAD (its tasks move after grace).
+                # A node etcd has no record of: treat it as DEAD (its tasks move after
+                # grace) and retire it like any DEAD node once it owns none.
                 self._nodes[owner] = NodeEntry(
                     record=NodeRecord(
                         node_id=owner, incarnation=task.owner_incarnation, state=NodeState.DEAD
                     )
                 )
                 self._track_health(self._nodes[owner])
+                heapq.heappush(self._retire_nodes, (now, owner))
             self._tasks.insert(task)
             if task.state.terminal:
                 at = task.finished_at_s if task.finished_at_s is not None else now

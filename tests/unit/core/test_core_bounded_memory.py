@@ -7,7 +7,7 @@ then (no Revoke lost, no RecoveryCompleted lost).
 
 from __future__ import annotations
 
-from core_harness import Harness, directives, notices_of
+from core_harness import Harness, directives, notices_of, sent
 
 from coordinator.core import (
     Assign,
@@ -15,10 +15,13 @@ from coordinator.core import (
     Command,
     CoreSettings,
     NodeState,
+    RetireRecords,
     Revoke,
     RevokeReason,
     Started,
     TaskProgress,
+    TaskRecord,
+    TaskSpec,
     TaskState,
     notices,
 )
@@ -158,3 +161,31 @@ def test_a_retired_node_leaves_no_recovery_behind() -> None:
     assert h.task("t1").state is TaskState.PENDING
     assert h.core.node("a") is None  # retired: it owns nothing
     assert "a" not in h.core._recoveries
+
+
+# -- a placeholder for an owner etcd has no record of -------------------------------------------
+
+
+def test_a_placeholder_for_an_unrecorded_owner_is_retired_once_its_task_moved() -> None:
+    h = Harness(_settings(retention_s=5.0))
+    orphan = TaskRecord(
+        task_id="t1",
+        request_id="r1",
+        spec=TaskSpec(kind="work"),
+        state=TaskState.RUNNING,
+        epoch=1,
+        attempt=1,
+        owner_node_id="ghost",
+        owner_incarnation="ghost#1",
+    )
+    h.lead(tasks=[orphan])
+    assert h.core.node("ghost").record.state is NodeState.DEAD  # type: ignore[union-attr]
+    h.hello("w1")
+    commands = h.run_until(20.0, heartbeating=["w1"])
+    assert [(node_id, a.task_id, a.epoch) for node_id, a in sent(commands, Assign)] == [
+        ("w1", "t1", 2)
+    ]
+    retired = [n.node_id for c in commands if isinstance(c, RetireRecords) for n in c.nodes]
+    assert retired == ["ghost"]
+    assert h.core.node("ghost") is None
+    assert [v.record.node_id for v in h.core.snapshot().nodes] == ["w1"]

@@ -353,8 +353,11 @@ class CoordinatorCore:
         # Why a PENDING task waits (for its next Assign): reason, move reason, from node.
         self._requeue: dict[str, tuple[AssignReason, MoveReason | None, str]] = {}
         # Recoveries under way: a gone node -> its tasks not yet RUNNING elsewhere.
+        # A task moved off a gone node whose next owner goes before it starts
+        # waits in both nodes' recoveries: each completes only once the task
+        # runs again (or ends), as RecoveryCompleted promises.
         self._recoveries: dict[str, _Recovery] = {}
-        self._recovering: dict[str, str] = {}  # task id -> gone node it came from
+        self._recovering: dict[str, list[str]] = {}  # task id -> gone nodes it came from
         self._interrupted_at: dict[str, float] = {}  # task id -> when it lost its owner
         self._last_heard: dict[str, float] = {}  # moved task id -> its dead owner's last beat
         # Migrated tasks released by their owner, waiting for placement on the
@@ -365,6 +368,9 @@ class CoordinatorCore:
         # Tasks whose release timed out: revoked at this epoch, requeued once the
         # owner shows it stopped (a heartbeat or Hello without it) or is gone.
         self._revoking: dict[str, int] = {}
+        # Revokes no heartbeat may have answered yet (NodeEntry.note_revoked,
+        # held=False): task id -> (node id, epoch), forgotten with the task.
+        self._unseen_revokes: dict[str, set[tuple[str, int]]] = {}
         # Forked tasks whose seed checkpoint is being written: not placed until ForkSeeded.
         self._unseeded: set[str] = set()
         # Retention: (finished or left at, id), soonest first; stale entries skipped.
@@ -599,6 +605,7 @@ class CoordinatorCore:
         self._interrupted_at = {}
         self._last_heard = {}
         self._revoking = {}
+        self._unseen_revokes = {}
         self._pinned = {}
         self._unseeded = set()
         self._retire_tasks = []
@@ -677,13 +684,15 @@ class CoordinatorCore:
         for task in sorted(ev.tasks, key=lambda t: t.task_id):
             owner = task.owner_node_id
             if task.state.owned and owner not in self._nodes:
-                # A node etcd has no record of: treat it as DEAD (its tasks move after grace).
+                # A node etcd has no record of: treat it as DEAD (its tasks move after
+                # grace) and retire it like any DEAD node once it owns none.
                 self._nodes[owner] = NodeEntry(
                     record=NodeRecord(
                         node_id=owner, incarnation=task.owner_incarnation, state=NodeState.DEAD
                     )
                 )
                 self._track_health(self._nodes[owner])
+                heapq.heappush(self._retire_nodes, (now, owner))
             self._tasks.insert(task)
             if task.state.terminal:
                 at = task.finished_at_s if task.finished_at_s is not None else now
@@ -804,7 +813,7 @@ class CoordinatorCore:
         entry.session_id = ev.session_id
         entry.last_seq = 0
         entry.load = NodeLoad()
-        entry.revoked = set()
+        entry.new_session()
         entry.dead_since_s = None
         self._detector.watch(ev.node_id, now)
         self._put_node(entry, record, out)
@@ -973,6 +982,8 @@ class CoordinatorCore:
             out.notices.append(self._recovered(entry, previous))
             entry.unavailable_since_s = None
         self._send(entry, HeartbeatAck(ev.seq, self._term, entry.state), out)
+        if entry.revoked:  # rare: most heartbeats follow no Revoke and skip this
+            entry.prune_revoked({(p.task_id, p.epoch) for p in ev.tasks})
         if self._revoking:  # rare: a release timed out; most heartbeats skip this
             running = {(p.task_id, p.epoch) for p in ev.tasks}
             for owned in self._tasks.owned_by(ev.node_id):
@@ -1177,6 +1188,10 @@ class CoordinatorCore:
                 heapq.heappush(heap, (finished, task_id))
                 continue
             out.retired_tasks.append(self._tasks.remove(task_id))
+            for node_id, epoch in self._unseen_revokes.pop(task_id, ()):
+                revoked_on = self._nodes.get(node_id)
+                if revoked_on is not None:
+                    revoked_on.forget_revoked((task_id, epoch))
         nodes = self._retire_nodes
         while nodes and nodes[0][0] <= horizon and len(out.retired_nodes) < MAX_RETIRE:
             _, node_id = heapq.heappop(nodes)
@@ -1191,6 +1206,9 @@ class CoordinatorCore:
                 heapq.heappush(nodes, (self._now_s, node_id))  # again a retention period later
                 continue
             del self._nodes[node_id]
+            # Its recovery, if a task of it still waits (unplaced for a retention
+            # period), ends untold: the id coming back is a new node.
+            self._recoveries.pop(node_id, None)
             self._unhealthy.discard(node_id)
             self._guard_dirty = True
             self._detector.forget(node_id)
@@ -1259,7 +1277,9 @@ class CoordinatorCore:
             heard_s = self._detector.last_heard_s(node_id)
             for task in owned:
                 recovery.waiting.add(task.task_id)
-                self._recovering[task.task_id] = node_id
+                came_from = self._recovering.setdefault(task.task_id, [])
+                if node_id not in came_from:
+                    came_from.append(node_id)
                 if heard_s is not None:
                     self._last_heard[task.task_id] = heard_s
                 self._owner_lost(task, MoveReason.NODE_DEAD, out)
@@ -1283,19 +1303,20 @@ class CoordinatorCore:
         )
 
     def _recovery_task_done(self, task_id: str, running: bool, out: _Out) -> None:
-        """A task of a recovery runs on a new owner (``running``) or has ended."""
-        node_id = self._recovering.pop(task_id, None)
-        if node_id is None:
-            return
-        recovery = self._recoveries.get(node_id)
-        if recovery is None or task_id not in recovery.waiting:
-            return
-        recovery.waiting.discard(task_id)
-        if running:
-            recovery.recovered += 1
-        else:
-            recovery.failed += 1
-        self._recovery_progress(node_id, out)
+        """A task of a recovery runs on a new owner (``running``) or has ended.
+
+        It counts for every gone node it was moved off since it last ran.
+        """
+        for node_id in self._recovering.pop(task_id, ()):
+            recovery = self._recoveries.get(node_id)
+            if recovery is None or task_id not in recovery.waiting:
+                continue
+            recovery.waiting.discard(task_id)
+            if running:
+                recovery.recovered += 1
+            else:
+                recovery.failed += 1
+            self._recovery_progress(node_id, out)
 
     def _expire_releases(self, out: _Out) -> None:
         now = self._now_s
@@ -1319,6 +1340,7 @@ class CoordinatorCore:
                 RevokeReason.RELEASE_TIMEOUT,
                 "",
                 out,
+                held=False,
                 message="not released in time; it will resume elsewhere",
             )
 
@@ -1341,6 +1363,7 @@ class CoordinatorCore:
                         RevokeReason.DEADLINE_EXCEEDED,
                         "",
                         out,
+                        held=False,
                     )
             error = TaskError(
                 code=TaskErrorCode.DEADLINE_EXCEEDED,
@@ -1712,7 +1735,14 @@ class CoordinatorCore:
             entry = self._nodes[owner]
             if entry.connected:
                 self._revoke(
-                    entry, task.task_id, task.epoch, task.epoch, RevokeReason.CANCELLED, "", out
+                    entry,
+                    task.task_id,
+                    task.epoch,
+                    task.epoch,
+                    RevokeReason.CANCELLED,
+                    "",
+                    out,
+                    held=False,
                 )
         self._finish(task, TaskTrigger.CANCEL, TaskState.CANCELLED, out, cancel_reason=ev.reason)
         out.notices.append(notices.TaskCancelled(task.task_id, owner, ev.reason))
@@ -2241,9 +2271,15 @@ class CoordinatorCore:
         current_owner: str,
         out: _Out,
         *,
+        held: bool = True,
         message: str = "",
     ) -> None:
-        entry.revoked.add((task_id, epoch))
+        """Tell the node to drop ``task_id`` at ``epoch`` (once per Session; see
+        ``NodeEntry.note_revoked`` for ``held``: False for a Revoke that may
+        overtake its Assign, remembered until the task is retired)."""
+        entry.note_revoked((task_id, epoch), held=held)
+        if not held:
+            self._unseen_revokes.setdefault(task_id, set()).add((entry.node_id, epoch))
         self._send(
             entry, Revoke(task_id, epoch, current_epoch, reason, current_owner, message), out
         )

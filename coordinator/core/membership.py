@@ -138,7 +138,11 @@ class NodeEntry:
         load: load reported by the last heartbeat.
         dead_since_s: when it was declared DEAD (None unless DEAD).
         unavailable_since_s: when it stopped being ALIVE / DRAINING (None while live).
-        revoked: (task_id, epoch) pairs already revoked on the current Session.
+        revoked: (task_id, epoch) pairs already revoked on the current Session:
+            a heartbeat still listing one is not answered with another Revoke.
+        revoked_held: the part of ``revoked`` this Session showed the node
+            holding (its own report of the pair, or a heartbeat listing it); see
+            ``prune_revoked`` for when a pair is forgotten.
     """
 
     record: NodeRecord
@@ -148,6 +152,7 @@ class NodeEntry:
     dead_since_s: float | None = None
     unavailable_since_s: float | None = None
     revoked: set[tuple[str, int]] = field(default_factory=set)
+    revoked_held: set[tuple[str, int]] = field(default_factory=set)
 
     @property
     def node_id(self) -> str:
@@ -163,3 +168,53 @@ class NodeEntry:
     def connected(self) -> bool:
         """True while a Session is open."""
         return bool(self.session_id)
+
+    def new_session(self) -> None:
+        """A Session opened: nothing is revoked on it yet (a Hello re-lists what it holds)."""
+        self.revoked = set()
+        self.revoked_held = set()
+
+    def note_revoked(self, key: tuple[str, int], *, held: bool) -> None:
+        """A Revoke of ``key`` (task_id, epoch) was sent on the current Session.
+
+        Args:
+            key: the revoked task id and epoch.
+            held: the node itself reported the pair on this Session (in its
+                Hello, a heartbeat or a task update), so it has had the task at
+                that epoch; False when the Revoke may overtake the Assign's
+                arrival (a cancel, a deadline, a release timeout of its task).
+        """
+        self.revoked.add(key)
+        if held:
+            self.revoked_held.add(key)
+
+    def prune_revoked(self, listed: set[tuple[str, int]]) -> None:
+        """A heartbeat listed ``listed``: forget the revoked pairs it shows stopped.
+
+        A pair this Session showed the node holding and that a later heartbeat
+        no longer lists has stopped for good: on one Session an agent lists a
+        (task, epoch) only while it runs or stops it, and starts that pair
+        again only on an Assign of the same epoch, which the leader sends on a
+        new Session only (re-attach after a Hello). So no heartbeat of this
+        Session lists it again, and the skip check has nothing left to skip.
+        A pair never seen held stays (the node may not have had the Assign
+        yet when it sent this heartbeat); it is listed later, or the core
+        forgets it when the task is retired (``forget_revoked``).
+
+        Args:
+            listed: the (task_id, epoch) pairs of the heartbeat.
+        """
+        held = self.revoked_held
+        stopped = [key for key in held if key not in listed]
+        for key in stopped:
+            held.discard(key)
+            self.revoked.discard(key)
+        for key in listed:
+            if key in self.revoked:
+                held.add(key)
+
+    def forget_revoked(self, key: tuple[str, int]) -> None:
+        """Forget one revoked pair (its task was retired; a node still listing it
+        is then revoked as running an unknown task)."""
+        self.revoked.discard(key)
+        self.revoked_held.discard(key)

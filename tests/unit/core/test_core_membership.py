@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from coordinator.core import InvariantViolation, NodeState
+from coordinator.core import InvariantViolation, NodeRecord, NodeState
 from coordinator.core.guard import GuardInput, MassFailureGuard
-from coordinator.core.membership import NODE_TRANSITIONS, NodeTrigger, next_node_state
+from coordinator.core.membership import NODE_TRANSITIONS, NodeEntry, NodeTrigger, next_node_state
 
 A, S, D, R, L = (
     NodeState.ALIVE,
@@ -136,3 +136,42 @@ def test_guard_holds_its_episode_until_nodes_come_back() -> None:
     released = g.evaluate(_nodes(alive=4, dead=1, dead_since=10.0), 101.0)
     assert not released.active
     assert released.changed
+
+
+# -- revoked pairs: remembered only while a heartbeat may still list them ------------------------
+
+
+def _entry() -> NodeEntry:
+    return NodeEntry(record=NodeRecord(node_id="n", incarnation="n#1"))
+
+
+def test_a_revoked_pair_the_node_reported_is_forgotten_once_a_heartbeat_omits_it() -> None:
+    entry = _entry()
+    entry.note_revoked(("t", 1), held=True)
+    entry.prune_revoked({("t", 1)})  # still stopping: still skipped
+    assert entry.revoked == {("t", 1)}
+    entry.prune_revoked(set())
+    assert entry.revoked == set()
+    assert entry.revoked_held == set()
+
+
+def test_a_revoke_that_may_overtake_its_assign_waits_until_a_heartbeat_lists_it() -> None:
+    entry = _entry()
+    entry.note_revoked(("t", 2), held=False)  # a cancel right after the Assign
+    entry.prune_revoked(set())  # sent before the Assign arrived: proves nothing
+    assert entry.revoked == {("t", 2)}
+    entry.prune_revoked({("t", 2)})  # the node has it (and is stopping it)
+    assert entry.revoked_held == {("t", 2)}
+    entry.prune_revoked({("u", 1)})
+    assert entry.revoked == set()
+
+
+def test_forgetting_a_pair_and_a_new_session_clear_both_sets() -> None:
+    entry = _entry()
+    entry.note_revoked(("t", 1), held=False)
+    entry.note_revoked(("u", 1), held=True)
+    entry.forget_revoked(("t", 1))
+    assert entry.revoked == {("u", 1)}
+    entry.new_session()
+    assert entry.revoked == set()
+    assert entry.revoked_held == set()

@@ -219,20 +219,28 @@ def _status(code: int) -> grpc.StatusCode:
 
 
 async def _batches(
-    queue: asyncio.Queue[replica_pb2.ForwardEntry], linger_s: float = 0.0
+    queue: asyncio.Queue[replica_pb2.ForwardEntry | None], linger_s: float = 0.0
 ) -> AsyncGenerator[replica_pb2.ForwardBatch, None]:
     """Everything queued ``linger_s`` after the first entry, as one batch (bounded).
 
     The linger (Kafka's ``linger.ms``) is what makes a batch hold many nodes'
     heartbeats at a steady load, where without it each would go alone: the
-    leader's cost is per batch as much as per entry.
+    leader's cost is per batch as much as per entry. A ``None`` queued ends
+    the generator (the link failed: what is still queued is not sent), so
+    the gRPC call's request poller ends with it rather than waiting forever.
     """
     while True:
-        entries = [await queue.get()]
+        first = await queue.get()
+        if first is None:
+            return
+        entries = [first]
         if linger_s > 0 and queue.qsize() < MAX_BATCH_ENTRIES:
             await asyncio.sleep(linger_s)
         while not queue.empty() and len(entries) < MAX_BATCH_ENTRIES:
-            entries.append(queue.get_nowait())
+            entry = queue.get_nowait()
+            if entry is None:
+                return
+            entries.append(entry)
         yield replica_pb2.ForwardBatch(entries=entries)
 
 
@@ -683,7 +691,8 @@ class _Link:
         self._observer = observer
         self._max_outbound = max_outbound
         self._detached = detached
-        self._send: asyncio.Queue[replica_pb2.ForwardEntry] = asyncio.Queue()
+        self._send: asyncio.Queue[replica_pb2.ForwardEntry | None] = asyncio.Queue()
+        """Entries for the leader; ``None`` (put by ``fail``) ends the request stream."""
         self.sessions: dict[str, _Held] = {}
         self._ids = itertools.count(1)
         call = channel.stream_stream(
@@ -843,6 +852,11 @@ class _Link:
         for held in sessions.values():
             held.link, held.sid = None, ""
             self._detached(held)
+        # End the request iterator: on a call the leader already ended,
+        # cancel() does nothing (grpc 1.85 returns False) and would leave the
+        # call's request poller waiting on this queue until garbage collection
+        # ("Task was destroyed but it is pending!").
+        self._send.put_nowait(None)
         self._call.cancel()
 
     async def close(self) -> None:

@@ -113,6 +113,7 @@ from coordinator.core.relay import (
     link_outdated,
     newest_leader,
 )
+from coordinator.leaderchannels import LeaderChannels
 from coordinator.runtime import Channel, CoordinatorRuntime
 from lazarus.tls import ClientTls
 from lazarus.v1 import agent_pb2, replica_pb2
@@ -1124,7 +1125,8 @@ class SessionForwarder:
         self._observer: ForwardObserver = observer if observer is not None else _NullObserver()
         self._max_outbound = max_outbound
         self._link: _Link | None = None
-        self._channels: dict[str, grpc.aio.Channel] = {}
+        # By leader address; a leader change closes the channels of older leaders.
+        self._channels = LeaderChannels(self._tls.aio_channel)
         self._connecting = asyncio.Lock()
         # Done when the link attempt in progress (election read, dial, accept) ends.
         self._attempt: asyncio.Future[None] | None = None
@@ -1284,10 +1286,9 @@ class SessionForwarder:
             self._why_unlinked = choice if choice is not LinkChoice.DIAL else LinkChoice.NO_LEADER
             return None  # none named, held off, or this replica
         address, term = leader
+        # No link is open now (this runs only when the last one closed), so a
+        # channel this closes (two leaders back) carries no live call of ours.
         channel = self._channels.get(address)
-        if channel is None:
-            channel = self._tls.aio_channel(address)
-            self._channels[address] = channel
         moved = asyncio.Event()
         self._dialling = (address, term, moved)
         try:
@@ -1471,10 +1472,7 @@ class SessionForwarder:
                 await self._reattacher
         if self._link is not None:
             await self._link.close()
-        for channel in self._channels.values():
-            with contextlib.suppress(Exception):
-                await channel.close()
-        self._channels.clear()
+        await self._channels.close()
 
 
 def _parse_agent_message(raw: bytes) -> agent_pb2.AgentMessage | None:

@@ -102,6 +102,7 @@ from coordinator.core.records import CheckpointSummary, labels_match
 from coordinator.etcd_store import Collection, ReadCache
 from coordinator.eventarchive import EventArchive
 from coordinator.eventlog import EventFilter, Watcher
+from coordinator.leaderchannels import LeaderChannels
 from coordinator.members import list_members
 from coordinator.recordarchive import RecordArchive
 from coordinator.redisconn import redis_client
@@ -358,7 +359,9 @@ class CoordinatorApi:
         self._etcd = etcd_client
         self._archive = archive
         self._task_memo = _TaskMemo()
-        self._channels: dict[str, grpc.aio.Channel] = {}
+        # Proxy channels by leader address (TLS with the member certificate); a
+        # leader change closes those of older leaders, after a grace.
+        self._channels = LeaderChannels(self._member_tls.aio_channel)
         self._redis_url = redis_url
         self._leader_ids: dict[int, str] = {}  # term -> leader member id (followers)
         self._redis_password = redis_password
@@ -369,9 +372,7 @@ class CoordinatorApi:
 
     async def close(self) -> None:
         """Close the proxy channels to leaders and the Redis client."""
-        for channel in self._channels.values():
-            await channel.close()
-        self._channels.clear()
+        await self._channels.close()
         if self._redis is not None:
             await self._redis.aclose()
             self._redis = None
@@ -575,7 +576,8 @@ class CoordinatorApi:
         own = self._runtime.settings.advertise_address
         if leader is None or not leader.value or leader.value == own:
             await self._unavailable(context, leader.value if leader else "")
-        call = self._channel(leader.value).unary_unary(
+        channel = self._channel(leader.value)
+        call = channel.unary_unary(
             f"/{SERVICE_NAME}/{method}",
             request_serializer=type(request).SerializeToString,
             response_deserializer=response_type.FromString,
@@ -583,6 +585,10 @@ class CoordinatorApi:
         remaining = context.time_remaining()
         try:
             return await call(request, timeout=remaining)
+        except asyncio.CancelledError:
+            if self._cut_by_leader_change(channel):
+                await self._unavailable(context)  # ask the leader (writes are idempotent)
+            raise
         except grpc.aio.AioRpcError as exc:
             context.set_trailing_metadata(((LEADER_ADDRESS_METADATA, leader.value),))
             await context.abort(exc.code(), exc.details() or "")
@@ -618,11 +624,14 @@ class CoordinatorApi:
         return str(leader.value)
 
     def _channel(self, address: str) -> grpc.aio.Channel:
-        channel = self._channels.get(address)
-        if channel is None:
-            channel = self._member_tls.aio_channel(address)  # TLS with the member certificate
-            self._channels[address] = channel
-        return channel
+        return self._channels.get(address)
+
+    def _cut_by_leader_change(self, channel: grpc.aio.Channel) -> bool:
+        """Whether a proxied call on ``channel`` that raised CancelledError was cut
+        because leader changes closed its channel (its grace ran out), rather
+        than this handler being cancelled (its caller went)."""
+        task = asyncio.current_task()
+        return self._channels.retired(channel) and task is not None and not task.cancelling()
 
     async def _unavailable(self, context: Context, address: str = "") -> NoReturn:
         if not address:
@@ -1135,7 +1144,8 @@ class CoordinatorApi:
         self, request: coordinator_pb2.WatchEventsRequest, context: Context
     ) -> AsyncIterator[coordinator_pb2.WatchEventsResponse]:
         address = await self._leader_address(context)
-        call = self._channel(address).unary_stream(
+        channel = self._channel(address)
+        call = channel.unary_stream(
             f"/{SERVICE_NAME}/WatchEvents",
             request_serializer=coordinator_pb2.WatchEventsRequest.SerializeToString,
             response_deserializer=coordinator_pb2.WatchEventsResponse.FromString,
@@ -1151,6 +1161,11 @@ class CoordinatorApi:
                 await context.send_initial_metadata(relay)
             async for response in call:
                 yield response
+        except asyncio.CancelledError:
+            if self._cut_by_leader_change(channel):
+                # The watch resumes at the leader from its revision.
+                await self._unavailable_stream(context, "the leader changed")
+            raise
         except grpc.aio.AioRpcError as exc:
             context.set_trailing_metadata(((LEADER_ADDRESS_METADATA, address),))
             await context.abort(exc.code(), exc.details() or "")

@@ -11,7 +11,10 @@ three places, none of which decides anything:
   leadership change builds a fresh hub and loads every canonical replica
   from Redis (``DocumentRecord`` at ``lazarus:doc:{<doc_id>}``) before any
   message is handled; the core's ``NodeRecovered`` and ``NodeJoined`` (with a
-  previous incarnation) notices start a reconcile session for that node;
+  previous incarnation) notices start a reconcile session for that node; its
+  ``NodeDead`` and ``NodeLeft`` notices, and the retirement of a node's
+  record, make the hub forget the node (``NodeGone``; safe because the
+  node's next Session starts with a full state-vector exchange);
 - a ticker (every :data:`TICK_S` while leading) feeds ``Tick``: debounced
   persistence of the canonical replicas, session retries and timeouts,
   metrics.
@@ -43,7 +46,7 @@ import redis.asyncio as aioredis
 
 from coordinator.core import CoordinatorCore, EmitEvent
 from coordinator.core.limits import document_problem
-from coordinator.core.notices import NodeJoined, NodeRecovered
+from coordinator.core.notices import NodeDead, NodeJoined, NodeLeft, NodeRecovered
 from coordinator.redisconn import redis_client
 from coordinator.runtime import Channel, CoordinatorRuntime, Observer
 from lazarus.storage.codecs import (
@@ -68,6 +71,7 @@ from reconcile.hub import (
     HubStats,
     InterestReceived,
     NodeDetached,
+    NodeGone,
     PersistDocument,
     PersistFailed,
     ReconcileCompletedNotice,
@@ -185,6 +189,12 @@ class TeeObserver:
             self._inner.event_emitted(event)
         self._documents.event_emitted(event)
 
+    def nodes_retired(self, node_ids: Sequence[str]) -> None:
+        """Forwarded to both."""
+        if self._inner is not None:
+            self._inner.nodes_retired(node_ids)
+        self._documents.nodes_retired(node_ids)
+
     def etcd_write(self, seconds: float, ok: bool) -> None:
         """Forwarded."""
         if self._inner is not None:
@@ -282,8 +292,13 @@ class DocumentService:
         ]
 
     def event_emitted(self, event: EmitEvent) -> None:
-        """NodeRecovered / NodeJoined (new incarnation) start a reconcile session."""
+        """NodeRecovered / NodeJoined (new incarnation) start a reconcile session;
+        NodeDead / NodeLeft make the hub forget the node (``NodeGone``)."""
         body = event.body
+        if isinstance(body, NodeDead | NodeLeft):
+            if self.hub is not None:
+                self._step(NodeGone(body.node_id, _now()))
+            return
         node_id = ""
         if isinstance(body, NodeRecovered) or (
             isinstance(body, NodeJoined) and body.previous_incarnation
@@ -291,6 +306,14 @@ class DocumentService:
             node_id = body.node_id
         if node_id and self.hub is not None:
             self._step(ReconcileWanted((node_id,), ReconcileTrigger.NODE_RECONNECTED, _now()))
+
+    def nodes_retired(self, node_ids: Sequence[str]) -> None:
+        """The core retired these nodes' records: the hub forgets them (``NodeGone``)."""
+        if self.hub is None:
+            return
+        now = _now()
+        for node_id in node_ids:
+            self._step(NodeGone(node_id, now))
 
     # ---- session side ------------------------------------------------------------------
 

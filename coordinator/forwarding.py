@@ -113,6 +113,7 @@ from coordinator.core.relay import (
     link_outdated,
     newest_leader,
 )
+from coordinator.leaderchannels import LeaderChannels
 from coordinator.runtime import Channel, CoordinatorRuntime
 from lazarus.tls import ClientTls
 from lazarus.v1 import agent_pb2, replica_pb2
@@ -219,20 +220,28 @@ def _status(code: int) -> grpc.StatusCode:
 
 
 async def _batches(
-    queue: asyncio.Queue[replica_pb2.ForwardEntry], linger_s: float = 0.0
+    queue: asyncio.Queue[replica_pb2.ForwardEntry | None], linger_s: float = 0.0
 ) -> AsyncGenerator[replica_pb2.ForwardBatch, None]:
     """Everything queued ``linger_s`` after the first entry, as one batch (bounded).
 
     The linger (Kafka's ``linger.ms``) is what makes a batch hold many nodes'
     heartbeats at a steady load, where without it each would go alone: the
-    leader's cost is per batch as much as per entry.
+    leader's cost is per batch as much as per entry. A ``None`` queued ends
+    the generator (the link failed: what is still queued is not sent), so
+    the gRPC call's request poller ends with it rather than waiting forever.
     """
     while True:
-        entries = [await queue.get()]
+        first = await queue.get()
+        if first is None:
+            return
+        entries = [first]
         if linger_s > 0 and queue.qsize() < MAX_BATCH_ENTRIES:
             await asyncio.sleep(linger_s)
         while not queue.empty() and len(entries) < MAX_BATCH_ENTRIES:
-            entries.append(queue.get_nowait())
+            entry = queue.get_nowait()
+            if entry is None:
+                return
+            entries.append(entry)
         yield replica_pb2.ForwardBatch(entries=entries)
 
 
@@ -683,7 +692,8 @@ class _Link:
         self._observer = observer
         self._max_outbound = max_outbound
         self._detached = detached
-        self._send: asyncio.Queue[replica_pb2.ForwardEntry] = asyncio.Queue()
+        self._send: asyncio.Queue[replica_pb2.ForwardEntry | None] = asyncio.Queue()
+        """Entries for the leader; ``None`` (put by ``fail``) ends the request stream."""
         self.sessions: dict[str, _Held] = {}
         self._ids = itertools.count(1)
         call = channel.stream_stream(
@@ -843,6 +853,11 @@ class _Link:
         for held in sessions.values():
             held.link, held.sid = None, ""
             self._detached(held)
+        # End the request iterator: on a call the leader already ended,
+        # cancel() does nothing (grpc 1.85 returns False) and would leave the
+        # call's request poller waiting on this queue until garbage collection
+        # ("Task was destroyed but it is pending!").
+        self._send.put_nowait(None)
         self._call.cancel()
 
     async def close(self) -> None:
@@ -1110,7 +1125,8 @@ class SessionForwarder:
         self._observer: ForwardObserver = observer if observer is not None else _NullObserver()
         self._max_outbound = max_outbound
         self._link: _Link | None = None
-        self._channels: dict[str, grpc.aio.Channel] = {}
+        # By leader address; a leader change closes the channels of older leaders.
+        self._channels = LeaderChannels(self._tls.aio_channel)
         self._connecting = asyncio.Lock()
         # Done when the link attempt in progress (election read, dial, accept) ends.
         self._attempt: asyncio.Future[None] | None = None
@@ -1270,10 +1286,9 @@ class SessionForwarder:
             self._why_unlinked = choice if choice is not LinkChoice.DIAL else LinkChoice.NO_LEADER
             return None  # none named, held off, or this replica
         address, term = leader
+        # No link is open now (this runs only when the last one closed), so a
+        # channel this closes (two leaders back) carries no live call of ours.
         channel = self._channels.get(address)
-        if channel is None:
-            channel = self._tls.aio_channel(address)
-            self._channels[address] = channel
         moved = asyncio.Event()
         self._dialling = (address, term, moved)
         try:
@@ -1457,10 +1472,7 @@ class SessionForwarder:
                 await self._reattacher
         if self._link is not None:
             await self._link.close()
-        for channel in self._channels.values():
-            with contextlib.suppress(Exception):
-                await channel.close()
-        self._channels.clear()
+        await self._channels.close()
 
 
 def _parse_agent_message(raw: bytes) -> agent_pb2.AgentMessage | None:

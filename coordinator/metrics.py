@@ -79,6 +79,7 @@ from coordinator.core.notices import (
     ConflictDetected,
     IdentityConflict,
     NodeDead,
+    NodeLeft,
     RecordQuarantined,
     RecoveryCompleted,
     TaskFailed,
@@ -280,6 +281,9 @@ class Metrics:
             self.nodes.labels(state.name).set(0)
         for task_state in TaskState:
             self.tasks.labels(task_state.name).set(0)
+        # node id -> its last heartbeat's arrival (s); a node is forgotten when it
+        # turns DEAD or LEFT, when it is retired, and at each leadership change,
+        # so pods re-created under new names do not pile up here.
         self._last_heartbeat_s: dict[str, float] = {}
         self._refreshed_at = float("-inf")
         self._leader_key = ""
@@ -344,11 +348,24 @@ class Metrics:
                 observe(max(0.0, now_s - previous))
             last[node_id] = now_s
 
+    def nodes_retired(self, node_ids: Sequence[str]) -> None:
+        """The core retired ``node_ids`` (``RetireRecords``): forget their last heartbeat.
+
+        NodeDead and NodeLeft forget a node already; this catches an entry made
+        after them (a heartbeat stepped in the Goodbye's batch is reported once
+        the batch is done), so a node that is gone for good leaves nothing here.
+        """
+        last = self._last_heartbeat_s
+        for node_id in node_ids:
+            last.pop(node_id, None)
+
     def event_emitted(self, event: EmitEvent) -> None:
         """The core emitted a cluster event."""
         body = event.body
         if isinstance(body, NodeDead):
             self.detection.observe(body.detection_s)
+            self._last_heartbeat_s.pop(body.node_id, None)
+        elif isinstance(body, NodeLeft):
             self._last_heartbeat_s.pop(body.node_id, None)
         elif isinstance(body, RecoveryCompleted):
             self.recovery.observe(body.recovery_s)

@@ -198,6 +198,9 @@ class Observer(Protocol):
     def event_emitted(self, event: EmitEvent) -> None:
         """The core emitted a cluster event."""
 
+    def nodes_retired(self, node_ids: Sequence[str]) -> None:
+        """The core retired these nodes (``RetireRecords``): forget what is kept per node."""
+
     def etcd_write(self, seconds: float, ok: bool) -> None:
         """A fenced etcd write finished."""
 
@@ -216,6 +219,9 @@ class _NullObserver:
         pass
 
     def event_emitted(self, event: EmitEvent) -> None:
+        pass
+
+    def nodes_retired(self, node_ids: Sequence[str]) -> None:
         pass
 
     def etcd_write(self, seconds: float, ok: bool) -> None:
@@ -734,6 +740,8 @@ class CoordinatorRuntime:
         Returns:
             False when the fenced delete lost leadership (drop the rest).
         """
+        if command.nodes:  # the core has forgotten them, whatever happens to their records
+            self.observer.nodes_retired([n.node_id for n in command.nodes])
         archive = self.record_archive
         leadership = self._leadership
         if archive is None or leadership is None:

@@ -63,6 +63,22 @@ live write racing its writer's own ack of the overwritten value may be
 counted too). Conflicts found while a node has no session are handed to its
 next session (the heal's traffic often arrives just before NodeRecovered).
 
+Forgetting nodes: the hub keeps per node its interest and state vectors (of
+the order of documents x clock entries). ``NodeGone`` (the coordinator core
+judged the node DEAD or LEFT, or retired its record) forgets the node once
+its Session has ended (at once when it is detached, else at its
+``NodeDetached``). That is safe because a DEAD or LEFT node's Session is
+over, and every later Session of that node starts with a DocumentInterest
+carrying the node's state vector of every document it holds (after each
+Welcome): a full state-vector exchange that rebuilds ``known`` and
+``shipped`` and ships whatever the node missed, as after a leader change.
+What a forgotten node loses is bookkeeping only: conflicts met outside a
+session are no longer handed to its next session (they stay counted in
+``conflicts_total``), and a returning node that no NodeRecovered /
+NodeJoined notice gives a reconcile session gets the LEADER_CHANGED one of a
+first interest. Without this, pods re-created under new names (a DaemonSet
+rollout) would pile up here for the leader's whole term.
+
 Persistence: every change marks the document dirty; ``Tick`` emits
 ``PersistDocument`` (the canonical replica's encoding) at most once per
 ``persist_debounce_s`` per document. The shell answers a failed write with
@@ -94,6 +110,7 @@ __all__ = [
     "HubStats",
     "InterestReceived",
     "NodeDetached",
+    "NodeGone",
     "PersistDocument",
     "PersistFailed",
     "ReconcileCompletedNotice",
@@ -203,6 +220,8 @@ class HubStats:
         deltas_total: deltas merged into or shipped from the canonical replicas.
         conflicts_total: conflicts met in merges.
         sessions_open: reconcile sessions running.
+        nodes: nodes the hub keeps state of, attached or not (``NodeGone``
+            forgets them).
     """
 
     documents: int
@@ -210,6 +229,7 @@ class HubStats:
     deltas_total: int
     conflicts_total: int
     sessions_open: int
+    nodes: int = 0
 
 
 # ---- events ---------------------------------------------------------------------------
@@ -284,6 +304,14 @@ class NodeDetached:
 
 
 @dataclass(frozen=True, slots=True)
+class NodeGone:
+    """The node turned DEAD or LEFT, or was retired: forget it once its Session ended."""
+
+    node_id: str
+    now_s: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
 class PersistFailed:
     """Writing a canonical replica failed; it stays dirty."""
 
@@ -306,6 +334,7 @@ HubEvent = (
     | StateVectorsReported
     | ReconcileWanted
     | NodeDetached
+    | NodeGone
     | PersistFailed
     | Tick
 )
@@ -441,6 +470,7 @@ class _Node:
     asked: dict[str, tuple[VectorClock, VectorClock]] = field(default_factory=dict)
     conflicts: list[Conflict] = field(default_factory=list)  # seen outside a session
     conflict_count: int = 0
+    gone: bool = False  # NodeGone while attached: forgotten at NodeDetached
 
 
 @dataclass(slots=True)
@@ -482,6 +512,7 @@ class DocumentHub:
         self._term = term
         self._docs: dict[str, _Doc] = {}
         self._nodes: dict[str, _Node] = {}
+        self._attached: set[str] = set()  # ids of the attached nodes (fan-out walks these)
         self._sessions: dict[str, _Session] = {}
         self._session_counter = 0
         self._deltas_total = 0
@@ -510,9 +541,8 @@ class DocumentHub:
     def stats(self) -> HubStats:
         """Numbers for metrics (see :class:`HubStats`)."""
         divergence = 0
-        for node in self._nodes.values():
-            if not node.attached:
-                continue
+        for node_id in self._attached:
+            node = self._nodes[node_id]
             for doc_id in node.interest:
                 entry = self._docs.get(doc_id)
                 if entry is None:
@@ -526,6 +556,7 @@ class DocumentHub:
             deltas_total=self._deltas_total,
             conflicts_total=self._conflicts_total,
             sessions_open=len(self._sessions),
+            nodes=len(self._nodes),
         )
 
     # ---- stepping ------------------------------------------------------------------
@@ -552,6 +583,8 @@ class DocumentHub:
                 self._start_session(node_id, event.trigger, event.now_s, out)
         elif isinstance(event, NodeDetached):
             self._on_detached(event, out)
+        elif isinstance(event, NodeGone):
+            self._on_gone(event)
         elif isinstance(event, DocumentLoaded):
             present = self._docs.get(event.doc_id)
             if present is None:
@@ -675,8 +708,10 @@ class DocumentHub:
         node = self._node(ev.node_id)
         first = not node.seen_first_interest
         node.seen_first_interest = True
+        node.gone = False  # a new Session of the node
         if not node.attached:
             node.attached = True
+            self._attached.add(node.node_id)
             node.expected.clear()
         accepted: list[DocState] = []
         for ds in ev.subscribe:
@@ -744,9 +779,9 @@ class DocumentHub:
     def _fan_out(self, origin: str, merged: list[DocDelta], out: list[HubCommand]) -> None:
         if not merged:
             return
-        for node_id in sorted(self._nodes):
+        for node_id in sorted(self._attached):
             node = self._nodes[node_id]
-            if node_id == origin or not node.attached:
+            if node_id == origin:
                 continue
             batch: list[DocDelta] = []
             doc_ids = {dd.doc_id for dd in merged if dd.doc_id in node.interest}
@@ -782,10 +817,28 @@ class DocumentHub:
         if node is None:
             return
         node.attached = False
+        self._attached.discard(ev.node_id)
         node.expected.clear()
         node.shipped = dict(node.known)
         for session in self._sessions_of(ev.node_id):
             session.phase = None  # GATHER again once the node is back
+        if node.gone:
+            del self._nodes[ev.node_id]
+
+    def _on_gone(self, ev: NodeGone) -> None:
+        """Forget the node, or mark it to be forgotten when its Session ends.
+
+        Safe only because its next Session (if any) opens with a
+        DocumentInterest carrying its full state vectors (module docstring).
+        Its reconcile sessions stay: they resume if it comes back, else time out.
+        """
+        node = self._nodes.get(ev.node_id)
+        if node is None:
+            return
+        if node.attached:
+            node.gone = True
+        else:
+            del self._nodes[ev.node_id]
 
     # ---- reconcile sessions ----------------------------------------------------------
 

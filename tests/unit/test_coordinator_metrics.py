@@ -8,7 +8,7 @@ from prometheus_client import generate_latest
 from typer.testing import CliRunner
 
 from coordinator.core import CoordinatorCore, EmitEvent, LeadershipAcquired
-from coordinator.core.notices import NodeDead
+from coordinator.core.notices import NodeDead, NodeLeft
 from coordinator.metrics import Metrics
 from lazarus.cli import app
 
@@ -53,6 +53,21 @@ def test_observer_facts_become_series() -> None:
     assert _value(metrics, "lazarus_is_leader") == 0
     text = generate_latest(metrics.registry).decode()
     assert all(line.startswith(("#", "lazarus_")) for line in text.splitlines() if line), text
+
+
+def test_gone_nodes_leave_no_last_heartbeat_behind() -> None:
+    m = Metrics()
+    m.leadership_changed(True, 1)
+    for i in range(100):  # a DaemonSet rollout: pods say Goodbye, come back under new names
+        m.heartbeats_received([f"old-{i}"], 10.0)
+        m.event_emitted(EmitEvent(1, 10.1, NodeLeft(f"old-{i}", "i", "rollout", 0)))
+    m.heartbeats_received(["dead"], 10.0)
+    m.event_emitted(EmitEvent(1, 13.0, NodeDead("dead", "i", 10.0, 3.0, 0)))
+    m.heartbeats_received(["late"], 10.0)  # stepped with its Goodbye, reported after NodeLeft
+    m.nodes_retired(["late", "never-seen"])  # RetireRecords carried out
+    assert m._last_heartbeat_s == {}
+    m.heartbeats_received(["old-0", "late"], 50.0)  # the names again: no interarrival from before
+    assert _value(m, "lazarus_heartbeat_interarrival_seconds_count") == 0
 
 
 def test_coordinator_help_lists_env_vars_and_example() -> None:

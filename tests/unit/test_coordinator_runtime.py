@@ -74,7 +74,9 @@ class FakeStore:
         return (len(self.writes),)
 
 
-async def _leading_runtime() -> tuple[CoordinatorRuntime, FakeElection, FakeStore, Any]:
+async def _leading_runtime(
+    observer: Any = None,
+) -> tuple[CoordinatorRuntime, FakeElection, FakeStore, Any]:
     election = FakeElection()
     store = FakeStore()
     runtime = CoordinatorRuntime(
@@ -83,6 +85,7 @@ async def _leading_runtime() -> tuple[CoordinatorRuntime, FakeElection, FakeStor
         election=election,  # type: ignore[arg-type]
         store=store,  # type: ignore[arg-type]
         seed=1,
+        observer=observer,
     )
     task = asyncio.create_task(runtime.run())
     async with asyncio.timeout(2):
@@ -185,4 +188,26 @@ async def test_flush_before_resign_writes_the_progress_the_core_holds_back() -> 
     assert isinstance(op, PutRecord)
     assert op.name == "t1"
     assert records_pb2.TaskRecord.FromString(op.value).last_replicated_checkpoint.seq == 2
+    await _stop(task)
+
+
+async def test_retired_nodes_are_reported_to_the_observer() -> None:
+    from coordinator.core.commands import RetireRecords
+    from coordinator.core.records import NodeRecord, NodeState
+    from coordinator.metrics import Metrics
+
+    class Recording(Metrics):
+        def __init__(self) -> None:
+            super().__init__()
+            self.retired: list[str] = []
+
+        def nodes_retired(self, node_ids: Sequence[str]) -> None:
+            self.retired.extend(node_ids)
+            super().nodes_retired(node_ids)
+
+    observer = Recording()
+    runtime, _, _, task = await _leading_runtime(observer)
+    gone = (NodeRecord("a", "i", NodeState.LEFT), NodeRecord("b", "i", NodeState.DEAD))
+    await runtime._run_locked([RetireRecords(TERM, nodes=gone)])  # no archive: kept in etcd
+    assert observer.retired == ["a", "b"]
     await _stop(task)

@@ -434,3 +434,53 @@ async def test_before_its_first_link_a_new_session_waits_out_a_slow_attempt() ->
         assert observer.reasons == ["no_leader", "no_leader"]  # never link_busy
     finally:
         await forwarder.close()
+
+
+async def _ends_the_stream(requests: AsyncIterator[replica_pb2.ForwardBatch], context: Any) -> None:
+    """A leader that stops leading: reads one batch, then ends the stream."""
+    await anext(aiter(requests))
+    await context.abort(grpc.StatusCode.UNAVAILABLE, "stopped leading")
+
+
+def _request_pollers() -> list[asyncio.Task[Any]]:
+    """grpc.aio's tasks that feed a call's request iterator to the wire, still running."""
+    return [
+        t
+        for t in asyncio.all_tasks()
+        if not t.done() and "_consume_request_iterator" in repr(t.get_coro())
+    ]
+
+
+@pytest.mark.timeout(30)
+async def test_a_link_the_leader_ended_leaves_no_request_poller_pending() -> None:
+    server = grpc.aio.server()
+    method = grpc.stream_stream_rpc_method_handler(
+        _ends_the_stream,
+        request_deserializer=replica_pb2.ForwardBatch.FromString,
+        response_serializer=replica_pb2.ForwardBatch.SerializeToString,
+    )
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler(REPLICA_SERVICE_NAME, {"Forward": method}),)
+    )
+    address = f"127.0.0.1:{server.add_insecure_port('127.0.0.1:0')}"
+    await server.start()
+    channel = grpc.aio.insecure_channel(address)
+    try:
+        failed: list[_Link] = []
+        link = _Link(address, 7, channel, _NullObserver(), 100, lambda held: None, failed.append)
+        link.send(replica_pb2.ForwardEntry(session_id="s1"))
+        for _ in range(200):
+            if failed:
+                break
+            await asyncio.sleep(0.01)
+        assert failed == [link]  # the leader ended it; the reader failed the link
+        for _ in range(100):
+            if not _request_pollers():
+                break
+            await asyncio.sleep(0.01)
+        assert _request_pollers() == []
+        link.send(replica_pb2.ForwardEntry(session_id="s1"))  # after the end: dropped
+        await link.close()
+    finally:
+        await channel.close()
+        await server.stop(None)

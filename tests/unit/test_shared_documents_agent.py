@@ -373,3 +373,40 @@ async def test_opening_a_forgotten_document_again_keeps_it(tmp_path: Path) -> No
     assert again.forgetting() == ()
     assert again.holds("task/t1")
     await again.close()
+
+
+async def test_document_service_forgets_dead_left_and_retired_nodes() -> None:
+    from coordinator.core import EmitEvent
+    from coordinator.core.notices import NodeDead, NodeLeft
+    from coordinator.documents import DocumentService, TeeObserver
+    from coordinator.metrics import Metrics
+    from coordinator.runtime import Channel
+
+    svc = DocumentService("redis://127.0.0.1:1/0")  # nothing listens: loads nothing
+    metrics = Metrics()
+    observer = TeeObserver(metrics, svc)
+    observer.leadership_changed(True, 7)
+    await asyncio.sleep(0.2)
+    hub = svc.hub
+    assert hub is not None
+
+    async def attach(node_id: str) -> Channel:
+        channel = Channel(f"s-{node_id}")
+        channel.node_id = node_id
+        msg = agent_pb2.AgentMessage()
+        msg.document_interest.subscribe.add(doc_id="shared/hits", crdt_type=1)
+        await svc.receive(channel, msg)
+        return channel
+
+    left, dead, stale = await attach("left"), await attach("dead"), await attach("stale")
+    observer.event_emitted(EmitEvent(7, 0.0, NodeLeft("left", "i", "goodbye", 0)))
+    assert hub.stats().nodes == 3  # its stream is still open
+    svc.detached(left)
+    svc.detached(dead)
+    observer.event_emitted(EmitEvent(7, 0.0, NodeDead("dead", "i", 0.0, 3.0, 0)))
+    assert hub.stats().nodes == 1
+    svc.detached(stale)
+    observer.nodes_retired(["stale"])  # RetireRecords carried out
+    assert hub.stats().nodes == 0
+    observer.leadership_changed(False, 7)
+    await svc.close()

@@ -31,6 +31,7 @@ from reconcile.hub import (
     HubSettings,
     InterestReceived,
     NodeDetached,
+    NodeGone,
     PersistDocument,
     ReconcileCompletedNotice,
     ReconcilePhase,
@@ -199,8 +200,15 @@ class Sim:
 
     def cut(self, node_id: str) -> None:
         self.up[node_id] = False
-        if self.rng.random() < 0.5:  # else a silent partition: the hub learns nothing
+        roll = self.rng.random()
+        if roll < 0.25:  # judged DEAD or LEFT, then its stream's end is seen: forgotten
+            self.run_hub(NodeGone(node_id, self.now))
             self.run_hub(NodeDetached(node_id, self.now))
+        elif roll < 0.5:
+            self.run_hub(NodeDetached(node_id, self.now))
+        elif roll < 0.6:  # judged gone; its stream's end not seen before it is back
+            self.run_hub(NodeGone(node_id, self.now))
+        # else a silent partition: the hub learns nothing
 
     def heal(self, node_id: str) -> None:
         # A new stream: what was in flight on the old one is gone; the leader
@@ -391,3 +399,68 @@ def test_divergence_counts_operations_attached_nodes_lack() -> None:
     assert hub.stats().divergence_ops == 3  # shipped to n, not acknowledged yet
     hub.step(AckReceived("n", 1, (DocState("shared/c", "g-counter", sv),)))
     assert hub.stats().divergence_ops == 0
+
+
+def _interest(node_id: str, sv: VectorClock) -> InterestReceived:
+    return InterestReceived(node_id, (DocState("shared/c", "g-counter", sv),))
+
+
+def test_a_gone_node_is_forgotten_once_its_session_ends() -> None:
+    hub = DocumentHub()
+    sv = VectorClock({"n~1": 1})
+    for i in range(50):  # a DaemonSet rollout: each pod once, under a new name
+        hub.step(_interest(f"pod-{i}", sv))
+        hub.step(NodeGone(f"pod-{i}"))  # NodeLeft (Goodbye) while its stream is open
+        assert hub.node_state_vector(f"pod-{i}", "shared/c") == sv  # still attached
+        hub.step(NodeDetached(f"pod-{i}"))
+        assert hub.node_state_vector(f"pod-{i}", "shared/c") == VectorClock()
+    hub.step(_interest("dead", sv))
+    hub.step(NodeDetached("dead"))
+    assert hub.stats().nodes == 1
+    hub.step(NodeGone("dead"))  # DEAD (or retired) after its stream ended: at once
+    assert hub.stats().nodes == 0
+    hub.step(NodeGone("never-seen"))
+    assert hub.stats().nodes == 0
+
+
+def test_a_forgotten_node_that_comes_back_gets_what_it_missed() -> None:
+    hub = DocumentHub()
+    writer, back = ReplicaEndpoint("w~1"), ReplicaEndpoint("b~1")
+    for ep in (writer, back):
+        ep.open("shared/c", "g-counter")
+    before = DocDelta("shared/c", writer.apply("shared/c", Increment(2)))
+    hub.step(InterestReceived("w", writer.interest()))
+    hub.step(InterestReceived("b", back.interest()))
+    for cmd in hub.step(DeltasReceived("w", 1, (before,))):
+        if isinstance(cmd, SendDeltas) and cmd.node_id == "b":
+            back.merge(cmd.deltas)  # b had the first write; its ack is lost
+    hub.step(NodeGone("b"))
+    hub.step(NodeDetached("b"))
+    assert hub.stats().nodes == 1
+    missed = DocDelta("shared/c", writer.apply("shared/c", Increment(5)))
+    hub.step(DeltasReceived("w", 2, (missed,)))
+    # Back (same replica): its new Session opens with its state vectors.
+    out = hub.step(InterestReceived("b", back.interest()))
+    shipped = [c for c in out if isinstance(c, SendDeltas) and c.node_id == "b"]
+    assert shipped
+    for cmd in shipped:
+        back.merge(cmd.deltas)
+    doc = hub.document("shared/c")
+    assert doc is not None
+    assert back.docs["shared/c"].state_vector() == doc.state_vector()
+    assert back.docs["shared/c"].value() == 7
+    # The re-attached node is fanned out to again.
+    later = DocDelta("shared/c", writer.apply("shared/c", Increment(1)))
+    out = hub.step(DeltasReceived("w", 3, (later,)))
+    assert [c.node_id for c in out if isinstance(c, SendDeltas)] == ["b"]
+
+
+def test_a_gone_node_that_opens_a_new_session_before_the_old_one_ends_is_kept() -> None:
+    hub = DocumentHub()
+    sv = VectorClock({"n~1": 1})
+    hub.step(_interest("n", sv))
+    hub.step(NodeGone("n"))
+    hub.step(_interest("n", sv))  # a new Session's interest: back before the end was seen
+    hub.step(NodeDetached("n"))  # that Session ended: a plain detach, nothing forgotten
+    assert hub.stats().nodes == 1
+    assert hub.node_state_vector("n", "shared/c") == sv

@@ -327,7 +327,7 @@ class NodeAgent:
             s.app,
             ", ".join(self.app.kinds),
         )
-        self._tasks = [
+        self._tasks += [  # after the lineage reports restore() may have spawned
             asyncio.create_task(self._session_loop(), name="agent-session"),
             asyncio.create_task(self._tick_loop(), name="agent-tick"),
             asyncio.create_task(self._redis_generation_loop(), name="agent-redis-generation"),
@@ -822,6 +822,8 @@ class NodeAgent:
                 task_id,
                 cmd.epoch,
             )
+            async with self._lock:  # settled: the core forgets the task once revoked
+                await self._execute(self.core.lineage_empty(task_id, cmd.epoch))
             return
         fork_id = lineage.fork_id(task_id, cmd.epoch, self.settings.node_id, self.incarnation)
         report = agent_pb2.LineageReport(
@@ -884,12 +886,14 @@ class NodeAgent:
             record.head_checkpoint.seq = head.seq
             record.head_checkpoint.epoch = head.epoch
             record.head_checkpoint.checkpoint_ref = head.ref
+        in_redis = True
         try:
             async with self._redis.pipeline(transaction=True) as pipe:
                 pipe.hset(fork_key(task_id), fork_id, record.SerializeToString())
                 pipe.set(fork_records_key(task_id, fork_id), report.SerializeToString())
                 await pipe.execute()
         except Exception as exc:  # Redis down: the lineage stays in the local store
+            in_redis = False
             _log.warning("task %s: fork %s not written to Redis: %s", task_id, fork_id, exc)
         _log.warning(
             "task %s: kept %d checkpoint(s) and %d journal event(s) made at stale epoch %d "
@@ -914,7 +918,9 @@ class NodeAgent:
         wire = lineage_wire_report(report).SerializeToString()
         async with self._lock:
             await self._execute(
-                self.core.lineage_ready(LineageReport(fork_id, task_id, cmd.epoch, wire))
+                self.core.lineage_ready(
+                    LineageReport(fork_id, task_id, cmd.epoch, wire), stored=in_redis
+                )
             )
 
     def _spawn(self, coro: Any) -> None:

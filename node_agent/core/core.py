@@ -23,11 +23,36 @@ REATTACH, same epoch) what it still owns here and revokes the rest.
 
 **Directives.** Assign starts a task (or resumes a paused one at the same
 epoch); a newer epoch of a task still stopping waits for the stop. Revoke stops
-a task at or below the revoked epoch; its local records are kept (a lineage
-for reconciliation) unless the task is finished, cancelled or unknown, when
-they are forgotten. Release stops the task, then reports Released with its
-final checkpoint so the next owner redoes nothing. NotLeader closes the
-Session and names where to go.
+a task at or below the revoked epoch. A task that is over for this node
+(finished, cancelled, unknown, or failed by its deadline) is forgotten once
+stopped. A task that moved on (reassigned, stale epoch, a release that timed
+out, a refused update, an epoch Redis refused) is DETACHED: its progress beyond
+what Redis holds is reported as a lineage (``ReportLineage``) and its local
+records are kept until the detach is settled (see **Forgetting a detached
+task**). Release stops the task, then reports Released with its final
+checkpoint so the next owner redoes nothing. NotLeader closes the Session and
+names where to go.
+
+**Forgetting a detached task.** A DETACHED task is dropped from the table and
+its local records deleted (``ForgetTask``) once both hold:
+
+- the leader confirmed the loss (a Revoke, or its refusal of our update): until
+  then Hello lists it at its stale epoch so the leader revokes it and records
+  the zombie (``_held_status``), and the leader may still re-attach that epoch;
+- its lineage is settled: the shell found nothing beyond what Redis holds
+  (``lineage_empty``), or it wrote the fork's records to Redis and the leader
+  acknowledged the fork's LineageReport (``LineageAck``; agent.proto: "the
+  agent may delete it locally").
+
+Why no sooner: the local records are the only full copy of what this node did
+at the stale epoch until the fork is in Redis (DESIGN.md §7: kept as a fork,
+never silently dropped), and the shell reads them to build the report. A fork
+that could not be written to Redis (``lineage_ready(stored=False)``) keeps them
+(the agent reports it again after a restart). A revoke never needs them again:
+the leader never re-assigns an epoch it revoked (a move is a higher epoch,
+which resumes from Redis), and a fenced task is PAUSED, not DETACHED. After a
+restart a DETACHED meta is restored as a DETACHED slot (not listed in Hello)
+whose lineage is reported again, so it too ends forgotten.
 
 **Updates** (TaskUpdate) carry a per-incarnation ``update_seq``. Completed,
 Failed and Released are kept until the leader acks them and are sent again
@@ -145,7 +170,7 @@ class SlotState(enum.Enum):
     STOPPING = "stopping"  # StopTask issued, TaskStopped not yet seen
     PAUSED = "paused"  # stopped by a fence or shutdown; kept, resumable at its epoch
     DONE = "done"  # completed / failed / released; its update awaits the leader's ack
-    DETACHED = "detached"  # revoked; local lineage kept, never listed again
+    DETACHED = "detached"  # revoked: lineage kept until settled, then forgotten; not listed
 
 
 @dataclass(frozen=True, slots=True)
@@ -266,7 +291,7 @@ class PersistMetas:
 
 @dataclass(frozen=True, slots=True)
 class ForgetTask:
-    """Delete the task's local records (its outcome was acknowledged)."""
+    """Delete the task's local records (its outcome was acknowledged, or its detach settled)."""
 
     task_id: str
 
@@ -409,6 +434,8 @@ class _Slot:
     lost_to_epoch: int = 0  # the epoch that superseded ours (revoke / Redis refusal)
     lost_to_owner: str = ""
     revoke_seen: bool = False  # the leader confirmed the loss (else Hello still lists it)
+    lineage_due: bool = False  # DETACHED: a ReportLineage not settled yet (keep the records)
+    fork_id: str = ""  # DETACHED: the fork in Redis whose LineageAck settles the lineage
 
     def meta(self) -> TaskMeta:
         return TaskMeta(self.epoch, self.attempt, self.kind, self.state.value, self.update)
@@ -562,7 +589,11 @@ class AgentCore:
         ``metas`` are the stored metas the shell could decode; ``unreadable``
         names the others (task id -> why), reported and skipped, never fatal.
         A task that was running is PAUSED now (its handler died with the old
-        process); an unacked terminal update is kept to be sent again.
+        process); an unacked terminal update is kept to be sent again. A
+        DETACHED task stays DETACHED (never listed in a Hello) and its lineage
+        is reported again (``ReportLineage``; the old process's report died with
+        it, or its fork never reached Redis), so it is forgotten once settled
+        (module docstring, **Forgetting a detached task**).
         """
         out: list[Command] = [
             Notice("meta_unreadable", {"task_id": task_id, "error": error})
@@ -579,6 +610,10 @@ class AgentCore:
                 )
                 continue
             if state is SlotState.DETACHED:
+                slot = _Slot(task_id, meta.epoch, meta.attempt, meta.kind, state)
+                slot.revoke_seen = True  # this process cannot tell; as before, never listed
+                self._slots[task_id] = slot
+                out.append(self._report_lineage(slot))
                 continue
             update = meta.update if meta.update is not None and meta.update.terminal else None
             if state in (SlotState.RUNNING, SlotState.STOPPING):
@@ -718,9 +753,23 @@ class AgentCore:
         if isinstance(msg, TaskUpdateAck):
             return self._on_update_ack(msg, wall_ms)
         if isinstance(msg, LineageAck):
-            if self._forks.pop(msg.fork_id, None) is None:
+            report = self._forks.pop(msg.fork_id, None)
+            if report is None:
                 return []
-            return [Notice("fork_recorded", {"fork_id": msg.fork_id, "task_id": msg.task_id})]
+            out: list[Command] = [
+                Notice("fork_recorded", {"fork_id": msg.fork_id, "task_id": msg.task_id})
+            ]
+            slot = self._slots.get(report.task_id)
+            if (
+                slot is not None
+                and slot.state is SlotState.DETACHED
+                and slot.epoch == report.epoch
+                and slot.fork_id == msg.fork_id
+            ):
+                slot.lineage_due = False
+                slot.fork_id = ""
+                out += self._forget_if_settled(slot)
+            return out
         return [Notice("ignored_message", {"body": getattr(msg, "body", "")})]
 
     def _on_reattach(self, msg: Reattach, now: float, wall_ms: int) -> list[Command]:
@@ -885,10 +934,15 @@ class AgentCore:
         if slot is None or slot.epoch > r.epoch:
             return []
         slot.revoke_seen = True
+        # Over for this node: the leader ended the task (DEADLINE_EXCEEDED: it
+        # failed it) or does not know it; nothing is left to reconcile. Any
+        # other reason (REASSIGNED, STALE_EPOCH, RELEASE_TIMEOUT, a reason this
+        # build does not know) moved the task on: keep and report the lineage.
         keep = r.reason not in (
             RevokeReason.CANCELLED,
             RevokeReason.FINISHED,
             RevokeReason.UNKNOWN_TASK,
+            RevokeReason.DEADLINE_EXCEEDED,
         )
         if keep:
             slot.lost_to_epoch = max(slot.lost_to_epoch, r.current_epoch)
@@ -914,7 +968,9 @@ class AgentCore:
             slot.stop_reason = StopReason.REVOKED
             return [note]
         if slot.state is SlotState.DETACHED and keep:
-            return [note]  # lost already (Redis refused its epoch); the fork was reported
+            # Lost already (Redis refused its epoch; the fork was reported): the
+            # leader's confirmation may be all its forgetting waited for.
+            return [note, *self._forget_if_settled(slot)]
         return [note, *self._detach(slot, forget=not keep, report=keep)]
 
     def _detach(self, slot: _Slot, *, forget: bool, report: bool = False) -> list[Command]:
@@ -923,19 +979,34 @@ class AgentCore:
             return [ForgetTask(slot.task_id)]
         slot.state = SlotState.DETACHED
         slot.update = None
+        slot.assign = None  # its spec (payload up to 256 KiB) is never needed again
         out: list[Command] = [PersistMeta(slot.task_id, slot.meta())]
         if report:
-            out.append(
-                ReportLineage(
-                    slot.task_id,
-                    slot.epoch,
-                    slot.lost_to_epoch,
-                    slot.lost_to_owner,
-                    slot.progress.replicated_checkpoint_seq,
-                    slot.progress.replicated_journal_seq,
-                )
-            )
+            out.append(self._report_lineage(slot))
         return out
+
+    def _report_lineage(self, slot: _Slot) -> ReportLineage:
+        """The slot's ReportLineage; its records are kept until the shell's answer settles it."""
+        slot.lineage_due = True
+        slot.fork_id = ""
+        return ReportLineage(
+            slot.task_id,
+            slot.epoch,
+            slot.lost_to_epoch,
+            slot.lost_to_owner,
+            slot.progress.replicated_checkpoint_seq,
+            slot.progress.replicated_journal_seq,
+        )
+
+    def _forget_if_settled(self, slot: _Slot) -> list[Command]:
+        """Forget a DETACHED task once the leader confirmed the loss and its lineage is settled.
+
+        The rule and its reasons: the module docstring, **Forgetting a detached task**.
+        """
+        if slot.state is not SlotState.DETACHED or not slot.revoke_seen or slot.lineage_due:
+            return []
+        note = Notice("detached_forgotten", {"task_id": slot.task_id, "epoch": slot.epoch})
+        return [note, *self._detach(slot, forget=True)]
 
     def _on_release(self, r: Release) -> list[Command]:
         slot = self._slots.get(r.task_id)
@@ -1121,17 +1192,46 @@ class AgentCore:
         out.append(PersistMeta(task_id, slot.meta()))
         return out
 
-    def lineage_ready(self, report: LineageReport) -> list[Command]:
+    def lineage_ready(self, report: LineageReport, *, stored: bool = True) -> list[Command]:
         """The shell kept a fork (``ReportLineage``): report it, and again after each Welcome.
 
         The report is sent now when a Session is open and kept until the
         leader's LineageAck names its ``fork_id``; a Welcome sends every
         report not acknowledged yet (the leader records a fork once).
+
+        Args:
+            report: the fork, as ``ReportLineage`` asked for (task id and epoch).
+            stored: the fork's records were written to Redis. When False the
+                local records are their only full copy: the task stays DETACHED
+                with its records after the LineageAck (they are reported again
+                after a restart), instead of being forgotten.
         """
         self._forks[report.fork_id] = report
+        slot = self._slots.get(report.task_id)
+        if (
+            stored
+            and slot is not None
+            and slot.state is SlotState.DETACHED
+            and slot.epoch == report.epoch
+            and slot.lineage_due
+        ):
+            slot.fork_id = report.fork_id  # its LineageAck settles the lineage
         if self._session is SessionState.OPEN:
             return [Send(report)]
         return []
+
+    def lineage_empty(self, task_id: str, epoch: int) -> list[Command]:
+        """The shell found nothing of the task at ``epoch`` beyond what Redis holds (no fork).
+
+        The lineage is settled: the task is forgotten now if the leader
+        confirmed the loss, else when it does (``ForgetTask``).
+        """
+        slot = self._slots.get(task_id)
+        if slot is None or slot.state is not SlotState.DETACHED or slot.epoch != epoch:
+            return []
+        slot.lineage_due = False
+        slot.fork_id = ""
+        return self._forget_if_settled(slot)
 
     @property
     def pending_forks(self) -> list[str]:

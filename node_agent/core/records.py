@@ -50,6 +50,8 @@ class RevokeReason(enum.IntEnum):
     STALE_EPOCH = 3
     UNKNOWN_TASK = 4
     FINISHED = 5
+    DEADLINE_EXCEEDED = 6
+    RELEASE_TIMEOUT = 7
 
 
 class UpdateOutcome(enum.IntEnum):

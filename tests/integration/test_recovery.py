@@ -238,6 +238,23 @@ async def test_zombie_is_revoked_fenced_and_its_progress_kept_as_a_fork(
         m.group(1) for x in lines if (m := re.search(r"revoked task_id=(\S+)", str(x.get("msg"))))
     }
     assert set(held) <= revoked, "the zombie received Revoke for every task it lost"
+    moved = {
+        m.group(1)
+        for x in lines
+        if (
+            m := re.search(
+                r"revoked task_id=(\S+) .*reason=REVOKE_REASON_(?:REASSIGNED|STALE_EPOCH)",
+                str(x.get("msg")),
+            )
+        )
+    }
+    forgotten = {
+        m.group(1)
+        for x in lines
+        if (m := re.search(r"detached_forgotten task_id=(\S+)", str(x.get("msg"))))
+    }
+    assert moved, "the zombie lost tasks that live on elsewhere"
+    assert moved <= forgotten, "a moved task is forgotten once its lineage is settled"
     assert cluster.redis is not None
     client = redis.Redis(host="127.0.0.1", port=cluster.redis.port)
     for task_id in held:

@@ -146,6 +146,20 @@ batch where it would otherwise handle 40 (the liveness digest)."""
 MAX_QUEUED_ENTRIES = 50_000
 """Entries one side of a Forward stream may have queued and not yet written."""
 
+FEED_PAUSE_AT = 20_000
+"""Events the leader's runtime may have queued, not yet stepped, before its Forward
+streams stop reading (DESIGN.md §11: queues are bounded). A stream that does not
+read lets HTTP/2 flow control hold the followers' writes, so a leader that falls
+behind (overload, an etcd brownout holding its step lock) pushes back instead of
+buffering without bound; its followers' unsent entries are bounded in turn by
+``MAX_QUEUED_ENTRIES``."""
+
+FEED_RESUME_AT = 10_000
+"""The runtime backlog below which paused Forward streams read again."""
+
+PAUSE_POLL_S = 0.01
+"""How often a paused Forward stream looks at the runtime's backlog, seconds."""
+
 _OK = grpc.StatusCode.OK.value[0]
 
 ACCEPTED_METADATA = "lazarus-forward-accepted"
@@ -185,6 +199,11 @@ class ForwardObserver(Protocol):
     def sessions_sent_away(self, reason: str) -> None:
         """A new Session was answered NotLeader: "no_leader", "leader_gone" or "link_busy"."""
 
+    def forward_backpressure(self, side: str) -> None:
+        """A bound was reached: side "leader", a Forward stream paused its reads
+        (``FEED_PAUSE_AT``); side "follower", a link was ended because the leader
+        left ``MAX_QUEUED_ENTRIES`` of its entries unread."""
+
 
 class _NullObserver:
     def forwarded_sessions(self, side: str, delta: int) -> None:
@@ -203,6 +222,9 @@ class _NullObserver:
         pass
 
     def sessions_sent_away(self, reason: str) -> None:
+        pass
+
+    def forward_backpressure(self, side: str) -> None:
         pass
 
 
@@ -534,6 +556,7 @@ class ForwardService:
         peer: str,
         member: str,
     ) -> None:
+        runtime = self._runtime
         try:
             async for batch in requests:
                 self._observer.forward_batch("received", len(batch.entries))
@@ -567,6 +590,8 @@ class ForwardService:
                         served.queue(entry.end)
                 if digest:
                     self._step_digest(digest)
+                if runtime.feed_backlog > FEED_PAUSE_AT:
+                    await self._pause(runtime)
         finally:
             # The follower's side is over: every Session it carried ends.
             for served in list(sessions.values()):
@@ -575,6 +600,16 @@ class ForwardService:
                         code=grpc.StatusCode.UNAVAILABLE.value[0], reason="link ended"
                     )
                 )
+
+    async def _pause(self, runtime: CoordinatorRuntime) -> None:
+        """Read nothing more until the runtime's backlog is down to ``FEED_RESUME_AT``."""
+        self._observer.forward_backpressure("leader")
+        _log.warning(
+            "%d events queued and not yet stepped: Forward streams pause their reads",
+            runtime.feed_backlog,
+        )
+        while runtime.feed_backlog > FEED_RESUME_AT and runtime.leading:
+            await asyncio.sleep(PAUSE_POLL_S)
 
     def _step_digest(self, digest: list[HeartbeatReceived]) -> None:
         """Queue a batch's digest heartbeats as one core event (``HeartbeatDigest``).
@@ -692,6 +727,7 @@ class _Link:
         self._observer = observer
         self._max_outbound = max_outbound
         self._detached = detached
+        self._overflowed = False
         self._send: asyncio.Queue[replica_pb2.ForwardEntry | None] = asyncio.Queue()
         """Entries for the leader; ``None`` (put by ``fail``) ends the request stream."""
         self.sessions: dict[str, _Held] = {}
@@ -831,8 +867,24 @@ class _Link:
         return sid
 
     def send(self, entry: replica_pb2.ForwardEntry) -> None:
-        if not self.closed:
-            self._send.put_nowait(entry)
+        """Queue ``entry`` for the leader; past ``MAX_QUEUED_ENTRIES`` unsent, end the link.
+
+        A leader that does not read its stream (it paused on its own backlog,
+        or it hangs) is a slow consumer: its link is ended, not buffered without
+        bound, and its Sessions are carried again once a link is made.
+        """
+        if self.closed:
+            return
+        if self._send.qsize() >= MAX_QUEUED_ENTRIES:
+            if not self._overflowed:
+                self._overflowed = True
+                self._observer.forward_backpressure("follower")
+                # Not from inside a caller that may be walking ``sessions``.
+                asyncio.get_running_loop().call_soon(
+                    self.fail, f"{MAX_QUEUED_ENTRIES} entries unsent: the leader does not read"
+                )
+            return
+        self._send.put_nowait(entry)
 
     def forget(self, sid: str) -> None:
         """The agent's stream ended: end its forwarded Session at the leader."""

@@ -259,6 +259,14 @@ class Metrics:
             "key was seen deleted; no leader could ack them).",
             registry=r,
         )
+        self.forward_backpressure_total = Counter(
+            "lazarus_forward_backpressure",
+            "Forward streams that hit a bound, by side (leader: a stream paused its reads "
+            "while the runtime's backlog was over its bound; follower: a link was ended "
+            "because the leader left its entries unread).",
+            ["side"],
+            registry=r,
+        )
         self.sent_away_total = Counter(
             "lazarus_forward_sessions_sent_away",
             "Follower: new Sessions answered NotLeader (the agent dials again), by reason "
@@ -312,6 +320,10 @@ class Metrics:
     def sessions_sent_away(self, reason: str) -> None:
         """A follower answered a new Session NotLeader for ``reason`` (its agent dials again)."""
         self.sent_away_total.labels(reason).inc()
+
+    def forward_backpressure(self, side: str) -> None:
+        """A Forward stream hit a bound (leader: paused reading; follower: ended its link)."""
+        self.forward_backpressure_total.labels(side).inc()
 
     def watch_archive(self, backlog: Callable[[], float], dropped: Callable[[], float]) -> None:
         """Read the event archive's backlog and dropped count at each scrape."""

@@ -619,6 +619,11 @@ class CoordinatorRuntime:
 
     # ------------------------------------------------------------------ events in
 
+    @property
+    def feed_backlog(self) -> int:
+        """Events queued (``enqueue``) and not yet taken for a step."""
+        return len(self._feed_queue)
+
     async def feed(self, event: Event) -> bool:
         """Step the core with ``event`` (re-stamped with the current time) and run its commands.
 

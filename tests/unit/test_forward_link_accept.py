@@ -33,6 +33,7 @@ from lazarus.v1 import agent_pb2, replica_pb2
 
 class _Runtime:
     leading = False
+    feed_backlog = 0  # events queued, not yet stepped (the leader's read bound)
 
 
 async def _never(requests: AsyncIterator[bytes], context: Any) -> None:

@@ -124,7 +124,7 @@ async def _never(requests: Any, context: Any) -> None:
 
 @pytest.mark.timeout(30)
 async def test_a_follower_keeps_two_channels_to_leaders_across_leader_changes() -> None:
-    leader_runtime = SimpleNamespace(leading=True)
+    leader_runtime = SimpleNamespace(leading=True, feed_backlog=0)
     server = grpc.aio.server()
     add_replica_service(server, leader_runtime, _never)  # type: ignore[arg-type]
     port = server.add_insecure_port("127.0.0.1:0")

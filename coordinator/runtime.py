@@ -110,6 +110,10 @@ __all__ = [
     "wall_anchored_clock",
 ]
 
+MAX_QUEUED_RETIREMENTS = 64
+"""Retirement batches (``RetireRecords``, each up to the core's retire batch) the
+leader may have waiting on a slow archive; more stay in etcd for a next leader."""
+
 _log = logging.getLogger("lazarus.coordinator.runtime")
 
 EVENT_LOG_SIZE = 50_000
@@ -392,6 +396,8 @@ class CoordinatorRuntime:
         """Where retired records go (None: they stay in etcd); see ``RetireRecords``."""
         self.retired = 0
         """Records moved from etcd to the archive by this replica."""
+        self._retirements: collections.deque[tuple[Leadership, RetireRecords]] = collections.deque()
+        self._retirer: asyncio.Task[None] | None = None
         self.fork_seeder: Callable[[str, bytes], Awaitable[CheckpointSummary]] | None = None
         """Writes a fork's seed checkpoint to Redis (set by the API); see ``SeedFork``."""
 
@@ -449,6 +455,10 @@ class CoordinatorRuntime:
                 with contextlib.suppress(Exception):
                     listener(exc)
             raise
+
+    def _failed(self) -> bool:
+        """A step or its commands failed in this leadership: nothing more is stepped."""
+        return self._fatal is not None and self._fatal.done() and not self._fatal.cancelled()
 
     def _fail(self, exc: BaseException) -> None:
         """A step raised: the core's state is not to be trusted; end the leadership loop."""
@@ -675,7 +685,7 @@ class CoordinatorRuntime:
             async with self._lock:
                 batch = self._feed_queue[:FEED_BATCH]
                 del self._feed_queue[:FEED_BATCH]
-                if not self.leading:
+                if not self.leading or self._failed():
                     for _, future in batch:
                         if not future.done():
                             future.set_result(False)
@@ -688,7 +698,15 @@ class CoordinatorRuntime:
                     except Exception as exc:  # a bug in the core: it must stop deciding
                         future.set_exception(exc)
                         self._fail(exc)
-                await self._run_steps(steps)
+                try:
+                    await self._run_steps(steps)
+                except Exception as exc:  # a bug in the shell: no zombie leader either
+                    _log.exception("running the commands of %d events failed", len(batch))
+                    self._fail(exc)
+                    for _, future in batch:
+                        if not future.done():
+                            future.set_result(False)
+                    continue
                 self.observer.state_changed(self.core)
                 for _, future in batch:
                     if not future.done():
@@ -714,8 +732,7 @@ class CoordinatorRuntime:
             elif isinstance(command, SeedFork):
                 await self._seed_fork(command)
             elif isinstance(command, RetireRecords):
-                if not await self._retire(command):
-                    return
+                self._queue_retirement(command)
             elif isinstance(command, EmitEvent):
                 self._emit(command)
             elif isinstance(command, SendDirective):
@@ -739,18 +756,54 @@ class CoordinatorRuntime:
                 _log.warning("stepping down: %s", command.reason)
                 self._spawn(self._resign_quietly())
 
-    async def _retire(self, command: RetireRecords) -> bool:
-        """Archive retired records in Redis, then delete them from etcd (fenced).
+    def _queue_retirement(self, command: RetireRecords) -> None:
+        """Hand retired records to the retirer: archived off the step lock, then deleted.
 
-        Returns:
-            False when the fenced delete lost leadership (drop the rest).
+        Writing the archive under the step lock held every ack and directive
+        for as long as Redis took to answer: a hung Redis (SIGSTOPped,
+        blackholed, failing over) stalled the leader 5 s (its socket timeout)
+        per tick with records to retire, and the whole fleet self-fenced while
+        the leader kept its lease. The queue is bounded: past
+        ``MAX_QUEUED_RETIREMENTS`` a batch is dropped, and its records stay in
+        etcd for a next leader to retire (as when Redis refuses them).
         """
         if command.nodes:  # the core has forgotten them, whatever happens to their records
             self.observer.nodes_retired([n.node_id for n in command.nodes])
-        archive = self.record_archive
         leadership = self._leadership
-        if archive is None or leadership is None:
-            return leadership is not None
+        if self.record_archive is None or leadership is None:
+            return
+        if len(self._retirements) >= MAX_QUEUED_RETIREMENTS:
+            _log.warning(
+                "%d retirements queued (the archive is slow): %d records stay in etcd",
+                len(self._retirements),
+                len(command.tasks) + len(command.nodes),
+            )
+            return
+        self._retirements.append((leadership, command))
+        if self._retirer is None or self._retirer.done():
+            self._retirer = asyncio.create_task(self._retire_queued(), name="coordinator-retire")
+
+    async def _retire_queued(self) -> None:
+        while self._retirements:
+            leadership, command = self._retirements.popleft()
+            try:
+                await self._retire(leadership, command)
+            except Exception:  # a bug here must not stop later retirements
+                _log.exception(
+                    "retiring %d records failed", len(command.tasks) + len(command.nodes)
+                )
+
+    async def _retire(self, leadership: Leadership, command: RetireRecords) -> None:
+        """Archive retired records in Redis (no lock held), then delete them from etcd.
+
+        The delete runs under the step lock, fenced, and skips a record the
+        core holds again by then (a node id that came back and was persisted
+        since): under the lock no write of it can be in flight, so what the
+        core does not hold is what etcd should not hold either.
+        """
+        archive = self.record_archive
+        if archive is None or self._leadership is not leadership:
+            return
         tasks = [
             (t.task_id, convert.task_record_to_pb(t).SerializeToString()) for t in command.tasks
         ]
@@ -761,20 +814,34 @@ class CoordinatorRuntime:
             await archive.put(tasks, nodes)
         except Exception as exc:  # Redis down: they stay in etcd; a next leader retires them
             _log.warning("archiving %d records failed (%s); they stay in etcd", len(tasks), exc)
-            return True
-        ops: list[RecordOp] = [DeleteRecord(Collection.TASKS, task_id) for task_id, _ in tasks]
-        ops.extend(DeleteRecord(Collection.NODES, node_id) for node_id, _ in nodes)
-        try:
-            await self.store.write(leadership.fence, ops)
-        except FencedWriteRejected as exc:
-            leadership.report_fence_rejected()
-            self.core.step(LeadershipLost(now_s=self._now(), reason=str(exc)))
-            return False
-        except (EtcdUnavailable, aetcd.ClientError) as exc:
-            _log.warning("deleting %d retired records failed (%s); retried later", len(ops), exc)
-            return True
-        self.retired += len(ops)
-        return True
+            return
+        async with self._lock:
+            if self._leadership is not leadership:
+                return  # a next leader loads them and retires them again
+            ops: list[RecordOp] = [
+                DeleteRecord(Collection.TASKS, task_id)
+                for task_id, _ in tasks
+                if self.core.task(task_id) is None
+            ]
+            ops.extend(
+                DeleteRecord(Collection.NODES, node_id)
+                for node_id, _ in nodes
+                if self.core.node(node_id) is None
+            )
+            if not ops:
+                return
+            try:
+                await self.store.write(leadership.fence, ops)
+            except FencedWriteRejected as exc:
+                leadership.report_fence_rejected()
+                self.core.step(LeadershipLost(now_s=self._now(), reason=str(exc)))
+                return
+            except (EtcdUnavailable, aetcd.ClientError) as exc:
+                _log.warning(
+                    "deleting %d retired records failed (%s); retried later", len(ops), exc
+                )
+                return
+            self.retired += len(ops)
 
     async def _seed_fork(self, command: SeedFork) -> None:
         """Write a forked task's seed (its task is persisted), then step the outcome."""

@@ -211,3 +211,67 @@ async def test_retired_nodes_are_reported_to_the_observer() -> None:
     await runtime._run_locked([RetireRecords(TERM, nodes=gone)])  # no archive: kept in etcd
     assert observer.retired == ["a", "b"]
     await _stop(task)
+
+
+class _HangingArchive:
+    """A Redis archive that answers only when told (a SIGSTOPped or blackholed Redis)."""
+
+    def __init__(self) -> None:
+        self.answer = asyncio.Event()
+        self.put_calls = 0
+
+    async def put(self, tasks: Any, nodes: Any = ()) -> None:
+        self.put_calls += 1
+        await self.answer.wait()
+
+
+async def test_a_hung_archive_does_not_hold_the_leaders_steps_and_a_node_back_is_not_deleted() -> (
+    None
+):
+    """Before: the archive write ran under the step lock, so a hung Redis held every
+    ack and directive 5 s (its socket timeout) per retirement and the fleet fenced."""
+    from coordinator.core.commands import RetireRecords
+    from coordinator.core.records import NodeRecord, NodeState
+    from coordinator.etcd_store import DeleteRecord
+
+    runtime, _, store, task = await _leading_runtime()
+    archive = _HangingArchive()
+    runtime.record_archive = archive  # type: ignore[assignment]
+    gone = (NodeRecord("n1", "i0", NodeState.DEAD), NodeRecord("n2", "i0", NodeState.LEFT))
+    async with asyncio.timeout(1):
+        await runtime._run_locked([RetireRecords(TERM, nodes=gone)])
+        # The leader goes on stepping while the archive hangs: n1 comes back.
+        channel = runtime.open_channel()
+        assert await runtime.feed(_hello(channel))
+    assert archive.put_calls == 1
+    assert runtime.core.node("n1") is not None
+    writes = len(store.writes)
+    archive.answer.set()
+    async with asyncio.timeout(2):
+        while len(store.writes) == writes:
+            await asyncio.sleep(0.001)
+    [(_, ops)] = store.writes[writes:]
+    # n2 leaves etcd; n1 is live again under its id, and its new record stays.
+    assert ops == [DeleteRecord(Collection.NODES, "n2")]
+    assert runtime.retired == 1
+    await _stop(task)
+
+
+async def test_a_failure_running_a_steps_commands_ends_the_leadership() -> None:
+    """Before: an exception from the shell's commands (not the core's step) left the
+    events' futures pending, so the tick loop waited for ever on a leader that kept
+    its lease and Sessions and judged nothing (a zombie leader)."""
+    runtime, election, _, task = await _leading_runtime()
+    channel = runtime.open_channel()
+
+    def broken(command: Any) -> None:
+        raise RuntimeError("a bug in the shell")
+
+    runtime._send = broken  # type: ignore[method-assign]
+    async with asyncio.timeout(2):
+        assert not await runtime.feed(_hello(channel))  # the Welcome cannot be sent
+        while election.resigned == 0 or runtime.leading:
+            await asyncio.sleep(0.001)
+    assert isinstance(runtime.failure, RuntimeError)
+    with pytest.raises(RuntimeError, match="a bug in the shell"):
+        await task  # the replica's loop ends: health NOT_SERVING, the probe restarts it

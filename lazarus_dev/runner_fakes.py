@@ -1,7 +1,7 @@
 """A ``TaskRunner``'s counterparts for tests: a reporter that records, an ``Assign`` builder.
 
 ``TaskRunner`` reports through an object with ``started``, ``progress``,
-``finished``, ``stopped`` and ``lost`` (the agent's Session wiring in
+``finished``, ``stopped``, ``lost`` and ``lineage_kept`` (the agent's Session wiring in
 production); tests that drive a runner without a coordinator give it this.
 """
 
@@ -27,6 +27,7 @@ class RecordingReporter:
         started_: each ``started`` message.
         progressed: the fields of each ``progress`` report.
         lost_to: the current epoch of each ``lost`` report.
+        lineages: (task id, lineage copy id) of each ``lineage_kept`` report.
         done: set at every ``finished`` (and, with ``done_on_stop``, stop or loss).
     """
 
@@ -35,6 +36,7 @@ class RecordingReporter:
         self.started_: list[Any] = []
         self.progressed: list[dict[str, Any]] = []
         self.lost_to: list[int] = []
+        self.lineages: list[tuple[str, str]] = []
         self.done = asyncio.Event()
         self._done_on_stop = done_on_stop
 
@@ -56,6 +58,9 @@ class RecordingReporter:
         self.lost_to.append(current_epoch)
         if self._done_on_stop:
             self.done.set()
+
+    async def lineage_kept(self, task_id: str, lineage_task_id: str) -> None:
+        self.lineages.append((task_id, lineage_task_id))
 
 
 def assign(

@@ -48,7 +48,8 @@ from lazarus import __version__
 from lazarus.storage.keys import fork_key, fork_records_key
 from lazarus.v1 import agent_pb2, agent_pb2_grpc, records_pb2
 from node_agent import convert
-from node_agent.checkpoint import CheckpointStore
+from node_agent.checkpoint import CheckpointInfo, CheckpointStore, JournalEvent
+from node_agent.checkpoint.store import lineage_copy_of
 from node_agent.core import (
     AgentCore,
     CloseSession,
@@ -63,6 +64,7 @@ from node_agent.core import (
     StopTask,
     lineage,
 )
+from node_agent.core.core import ReportLineageCopy
 from node_agent.core.dial import DialEnd, DialPlan
 from node_agent.core.records import LineageReport
 from node_agent.core.redisloss import generation_reset
@@ -317,6 +319,7 @@ class NodeAgent:
         readable, unreadable = convert.decode_metas(metas)
         async with self._lock:
             await self._execute(self.core.restore(readable, unreadable))
+        await self._report_leftover_copies(set(metas))
         held = sum(1 for t in metas)
         _log.info(
             "node agent %s (incarnation %s) starting: %d task(s) held in %s, app %s (%s)",
@@ -735,6 +738,8 @@ class NodeAgent:
                 self._notice(cmd)
             elif isinstance(cmd, ReportLineage):
                 self._spawn(self._report_lineage(cmd))
+            elif isinstance(cmd, ReportLineageCopy):
+                self._spawn(self._report_lineage_copy(cmd))
         if runner is not None:
             # Handler threads check ownership against this snapshot, with no hop here.
             runner.ownership = self.core.ownership()
@@ -786,7 +791,6 @@ class NodeAgent:
     async def _report_lineage(self, cmd: ReportLineage) -> None:
         """Keep a fenced task's unreplicated progress as a fork: Redis record + report."""
         assert self._store is not None
-        assert self._redis is not None
         store = self._store.aio
         task_id = cmd.task_id
         bases = None
@@ -798,10 +802,7 @@ class NodeAgent:
         )
         infos = {(i.seq, i.epoch): i for i in await store.list(task_id)}
         replayed = {(e.seq, e.epoch): e for e in await store.replay(task_id, after_seq=base[0])}
-        # A task whose state is a CRDT document (ctx.crdt_state): what it did at
-        # the stale epoch is in its replica of task/<id> and merges into the
-        # current owner's state through the shared-document reconciliation.
-        crdt = self.shared is not None and self.shared.holds(f"task/{task_id}")
+        crdt = self._crdt_state(task_id, cmd.epoch)
         fork = lineage.select_divergent(
             cmd.epoch,
             base,
@@ -809,13 +810,6 @@ class NodeAgent:
             sorted(replayed),
             crdt=crdt,
         )
-        if crdt:
-            _log.warning(
-                "task %s revoked at epoch %d: its CRDT state merges into the current owner's",
-                task_id,
-                cmd.epoch,
-                extra={"lazarus": {"event": "crdt_state_merged", "task_id": task_id}},
-            )
         if fork.empty:
             _log.info(
                 "task %s revoked at epoch %d: no progress beyond what Redis holds",
@@ -826,8 +820,119 @@ class NodeAgent:
                 await self._execute(self.core.lineage_empty(task_id, cmd.epoch))
             return
         fork_id = lineage.fork_id(task_id, cmd.epoch, self.settings.node_id, self.incarnation)
+        await self._keep_fork(
+            task_id,
+            task_id,
+            fork_id,
+            cmd.epoch,
+            cmd.current_epoch,
+            base[1],
+            fork,
+            infos,
+            replayed,
+        )
+
+    async def _report_leftover_copies(self, tasks: set[str]) -> None:
+        """Name to the core every lineage copy an earlier run left in the store.
+
+        Its fork was never written, never acknowledged, or not stored in Redis
+        (the old process died first): each is reported now, so it is
+        forgotten once settled. ``tasks`` are the ids with a meta: a task the
+        application named like a copy has one, a copy never does.
+        """
+        assert self._store is not None
+        for head in await self._store.aio.task_heads():
+            parent = lineage_copy_of(head.task_id)
+            if parent and head.task_id not in tasks:
+                async with self._lock:
+                    await self._execute(self.core.lineage_copy_kept(parent, head.task_id))
+
+    async def _report_lineage_copy(self, cmd: ReportLineageCopy) -> None:
+        """Keep the rows a restore's adopt moved to a lineage copy as a fork (core docstring)."""
+        assert self._store is not None
+        store = self._store.aio
+        task_id, copy = cmd.task_id, cmd.copy_task_id
+        infos = {(i.seq, i.epoch): i for i in await store.list(copy)}
+        replayed = {(e.seq, e.epoch): e for e in await store.replay(copy)}
+        if not infos and not replayed:
+            async with self._lock:
+                await self._execute(self.core.lineage_copy_empty(copy))
+            return
+        # Every row of a copy is divergent: the stale epoch is the newest among
+        # them, the base the seqs just before the first of them.
+        stale_epoch = max(epoch for _, epoch in [*infos, *replayed])
+        heads = {h.task_id: h for h in await store.task_heads()}
+        head = heads.get(task_id)
+        current_epoch = head.epoch if head is not None else 0
+        fork = lineage.select_divergent(
+            stale_epoch,
+            (0, 0),
+            sorted(infos),
+            sorted(replayed),
+            crdt=self._crdt_state(task_id, stale_epoch),
+        )
+        ckpt_base = max(min((seq for seq, _ in infos), default=1) - 1, 0)
+        fork_id = lineage.copy_fork_id(
+            copy, self.settings.node_id, self.incarnation, cmd.report_seq
+        )
+        await self._keep_fork(
+            task_id,
+            copy,
+            fork_id,
+            stale_epoch,
+            current_epoch,
+            ckpt_base,
+            fork,
+            infos,
+            replayed,
+        )
+
+    def _crdt_state(self, task_id: str, epoch: int) -> bool:
+        """True when the task's state is a CRDT document (it merges instead of forking)."""
+        # What it did at the stale epoch is in its replica of task/<id> and
+        # merges into the current owner's state through the shared-document
+        # reconciliation.
+        crdt = self.shared is not None and self.shared.holds(f"task/{task_id}")
+        if crdt:
+            _log.warning(
+                "task %s revoked at epoch %d: its CRDT state merges into the current owner's",
+                task_id,
+                epoch,
+                extra={"lazarus": {"event": "crdt_state_merged", "task_id": task_id}},
+            )
+        return crdt
+
+    async def _keep_fork(
+        self,
+        task_id: str,
+        lineage_task_id: str,
+        fork_id: str,
+        stale_epoch: int,
+        current_epoch: int,
+        ckpt_base: int,
+        fork: lineage.Divergence,
+        infos: dict[tuple[int, int], CheckpointInfo],
+        replayed: dict[tuple[int, int], JournalEvent],
+    ) -> None:
+        """Write a fork's ForkRecord and records to Redis, then hand its report to the core.
+
+        Args:
+            task_id: the task the fork is of.
+            lineage_task_id: where its records are in the local store: the task,
+                or a lineage copy of it (then the core forgets the copy once the
+                fork is in Redis and acknowledged).
+            fork_id: the fork's name.
+            stale_epoch: the epoch the records were made at (the newest).
+            current_epoch: the task's epoch now, as far as this node knows.
+            ckpt_base: the checkpoint seq the fork starts after.
+            fork: the divergent records, as (seq, epoch) keys of ``infos`` / ``replayed``.
+            infos, replayed: the local checkpoints and journal events by (seq, epoch).
+        """
+        assert self._store is not None
+        assert self._redis is not None
+        store = self._store.aio
         report = agent_pb2.LineageReport(
-            fork_id=fork_id, task_id=task_id, epoch=cmd.epoch, chunk_index=0, last=True
+            fork_id=fork_id, task_id=task_id, epoch=stale_epoch, chunk_index=0, last=True
         )
         for key in fork.reported_checkpoints:
             info = infos[key]
@@ -847,6 +952,7 @@ class NodeAgent:
                 created_at_unix_ms=info.created_at_ms,
                 node_id=self.settings.node_id,
                 incarnation=self.incarnation,
+                parent_ref=info.parent_ref if lineage_task_id != task_id else "",
             )
         for key in fork.reported_events:
             event = replayed[key]
@@ -860,16 +966,15 @@ class NodeAgent:
                 node_id=self.settings.node_id,
             )
         seqs = [seq for seq, _ in fork.events]
-        ckpt_base = base[1]
         head = infos[fork.checkpoints[-1]] if fork.checkpoints else None
         record = records_pb2.ForkRecord(
             fork_id=fork_id,
             task_id=task_id,
-            lineage_task_id=task_id,
+            lineage_task_id=lineage_task_id,
             node_id=self.settings.node_id,
             incarnation=self.incarnation,
-            stale_epoch=cmd.epoch,
-            current_epoch=cmd.current_epoch,
+            stale_epoch=stale_epoch,
+            current_epoch=current_epoch,
             divergent_checkpoints=len(fork.checkpoints),
             divergent_journal_events=len(fork.events),
             first_divergent_journal_seq=min(seqs, default=0),
@@ -901,17 +1006,18 @@ class NodeAgent:
             task_id,
             len(fork.checkpoints),
             len(fork.events),
-            cmd.epoch,
+            stale_epoch,
             fork_id,
-            cmd.current_epoch,
+            current_epoch,
             extra={
                 "lazarus": {
                     "event": "fork_kept",
                     "task_id": task_id,
                     "fork_id": fork_id,
-                    "epoch": cmd.epoch,
+                    "epoch": stale_epoch,
                     "checkpoints": len(fork.checkpoints),
                     "events": len(fork.events),
+                    "lineage_task_id": lineage_task_id,
                 }
             },
         )
@@ -919,7 +1025,9 @@ class NodeAgent:
         async with self._lock:
             await self._execute(
                 self.core.lineage_ready(
-                    LineageReport(fork_id, task_id, cmd.epoch, wire), stored=in_redis
+                    LineageReport(fork_id, task_id, stale_epoch, wire),
+                    stored=in_redis,
+                    copy_task_id=lineage_task_id if lineage_task_id != task_id else "",
                 )
             )
 
@@ -1038,6 +1146,10 @@ class NodeAgent:
     async def lost(self, task_id: str, epoch: int, current_epoch: int) -> None:
         async with self._lock:
             await self._execute(self.core.task_lost(task_id, epoch, current_epoch))
+
+    async def lineage_kept(self, task_id: str, lineage_task_id: str) -> None:
+        async with self._lock:
+            await self._execute(self.core.lineage_copy_kept(task_id, lineage_task_id))
 
 
 def _log_service_end(task: asyncio.Task[None]) -> None:

@@ -176,6 +176,9 @@ class Reporter(Protocol):
 
     async def lost(self, task_id: str, epoch: int, current_epoch: int) -> None: ...
 
+    async def lineage_kept(self, task_id: str, lineage_task_id: str) -> None:
+        """A restore's adopt moved divergent local rows to ``lineage_task_id``: report them."""
+
 
 def _wall_ms() -> int:
     return time.time_ns() // 1_000_000
@@ -1277,6 +1280,9 @@ class TaskRunner:
                     out.divergent_events,
                     out.lineage_task_id,
                 )
+                # Nothing else reports these rows (they may be their only copy):
+                # the agent reports them as a fork, then forgets the copy.
+                await self.reporter.lineage_kept(task_id, out.lineage_task_id)
             local = await self.store.aio.recover(task_id)
             local_ckpt = local.checkpoint
         elif plan.catch_up:

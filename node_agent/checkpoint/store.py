@@ -122,6 +122,7 @@ import json
 import logging
 import os
 import queue
+import re
 import sqlite3
 import threading
 import time
@@ -355,6 +356,22 @@ _RUN_KEYS = (
     "json_extract(k.value, '$[1]') AS seq, json_extract(k.value, '$[2]') AS id "
     "FROM checkpoint_runs AS r, json_each(r.keys) AS k WHERE r.task_id = ?1"
 )
+
+
+LINEAGE_COPY_MARK = "~lineage-e"
+"""What names a lineage copy: ``<task_id>~lineage-e<epoch>[-<n>]`` (``CheckpointStore.adopt``)."""
+
+_LINEAGE_COPY = re.compile(r"(?P<task>.+)~lineage-e[0-9]+(?:-[0-9]+)?", re.DOTALL)
+
+
+def lineage_copy_of(task_id: str) -> str:
+    """The task a lineage copy was split from, or "" when ``task_id`` is no copy's name.
+
+    A task the application named like a copy is told apart by its meta (a copy
+    never has one; the agent persists a task's meta before it starts it).
+    """
+    m = _LINEAGE_COPY.fullmatch(task_id)
+    return m.group("task") if m else ""
 
 
 def _run_keys(keys: str) -> builtins.list[builtins.list[int]]:
@@ -1818,11 +1835,11 @@ class CheckpointStore:
             lineage = ""
             if divergent_ck or divergent_ev:
                 top = max([c.epoch for c in divergent_ck] + [e.epoch for e in divergent_ev])
-                lineage = f"{task_id}~lineage-e{top}"
+                lineage = f"{task_id}{LINEAGE_COPY_MARK}{top}"
                 n = 1
                 while heads.get(conn, lineage) is not None:
                     n += 1
-                    lineage = f"{task_id}~lineage-e{top}-{n}"
+                    lineage = f"{task_id}{LINEAGE_COPY_MARK}{top}-{n}"
                 for stored in divergent_ck:
                     info = stored.info
                     self._insert_checkpoint(
@@ -2243,7 +2260,10 @@ class CheckpointStore:
         adopted one, events after its covers_journal_seq) that differ from it
         are not lost: they are copied, re-checksummed, to a lineage task
         ``<task_id>~lineage-e<epoch>`` (``parent_ref`` names each original) and
-        the outcome reports them — the fork of DESIGN.md §7.
+        the outcome reports them — the fork of DESIGN.md §7. The copy has no
+        meta; the agent reports it as a fork and forgets it once the leader
+        acknowledged it (``node_agent.core.core``, **Forgetting a lineage copy**;
+        ``lineage_copy_of`` tells a copy's name).
 
         Args:
             task_id: the task.
@@ -2526,9 +2546,11 @@ class AsyncCheckpointStore:
 
 
 __all__ = [
+    "LINEAGE_COPY_MARK",
     "AsyncCheckpointStore",
     "CheckpointStore",
     "CheckpointStoreError",
     "StoreHolder",
     "VerifyReport",
+    "lineage_copy_of",
 ]

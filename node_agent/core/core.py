@@ -54,6 +54,22 @@ which resumes from Redis), and a fenced task is PAUSED, not DETACHED. After a
 restart a DETACHED meta is restored as a DETACHED slot (not listed in Hello)
 whose lineage is reported again, so it too ends forgotten.
 
+**Forgetting a lineage copy.** When a task starts at a newer epoch and Redis
+holds a newer lineage, the runner adopts it and the store moves this node's
+divergent local rows to a lineage copy ``<task>~lineage-e<epoch>``
+(``CheckpointStore.adopt``). Nothing else reports those rows: when this node's
+own fork of that epoch raced the adopt (or was never due: a PAUSED task
+assigned again at a newer epoch, or its fork could not be written to Redis),
+the copy is their only record. The shell tells the core of each copy
+(``lineage_copy_kept``: right after the adopt, and for every copy left in the
+store at a restart); the core asks for it to be reported
+(``ReportLineageCopy``: a ForkRecord and the records in Redis, a
+LineageReport) and forgets it (``ForgetTask`` of the copy) only once the fork
+is in Redis and the leader acknowledged it, by the rule above. A copy may
+repeat rows a fork of the same epoch already reported (the adopt cannot tell);
+a duplicate fork is noise, a dropped one is loss. A copy whose fork could not
+be written to Redis is kept and reported again after a restart.
+
 **Updates** (TaskUpdate) carry a per-incarnation ``update_seq``. Completed,
 Failed and Released are kept until the leader acks them and are sent again
 after a reconnect; an ack of a terminal update forgets the task locally.
@@ -119,6 +135,7 @@ __all__ = [
     "PersistMeta",
     "PersistMetas",
     "ReportLineage",
+    "ReportLineageCopy",
     "Send",
     "SessionState",
     "SlotState",
@@ -322,6 +339,28 @@ class ReportLineage:
     replicated_journal_seq: int
 
 
+@dataclass(frozen=True, slots=True)
+class ReportLineageCopy:
+    """Report the rows an adopt kept under ``copy_task_id`` as a fork of ``task_id``.
+
+    The shell reads every record of the copy (each one divergent: the adopt
+    moved only rows that differ from the lineage it took), writes a ForkRecord
+    (``lineage_task_id`` = the copy) and the records to Redis, sends a
+    LineageReport and calls ``lineage_ready(..., copy_task_id=...)``; a copy
+    without records is settled with ``lineage_copy_empty``.
+
+    Attributes:
+        task_id: the task the copy was split from.
+        copy_task_id: the copy's id in the store, ``<task_id>~lineage-e<epoch>[-<n>]``.
+        report_seq: this process's count of copy reports (>= 1), part of the
+            fork id so that a copy name the store reuses later is a new fork.
+    """
+
+    task_id: str
+    copy_task_id: str
+    report_seq: int
+
+
 Command = (
     Send
     | StartTask
@@ -332,6 +371,7 @@ Command = (
     | ForgetTask
     | Notice
     | ReportLineage
+    | ReportLineageCopy
 )
 
 
@@ -525,6 +565,9 @@ class AgentCore:
         self._fenced_deadline_s: float | None = None  # the deadline of the newest fence
         self._shutting_down = False
         self._forks: dict[str, LineageReport] = {}  # fork id -> report, until the leader acks it
+        self._copies: set[str] = set()  # lineage copies asked to be reported, not forgotten yet
+        self._copy_forks: dict[str, str] = {}  # fork id in Redis -> lineage copy it settles
+        self._copy_reports = 0
 
     # ------------------------------------------------------------------ views
 
@@ -593,7 +636,8 @@ class AgentCore:
         DETACHED task stays DETACHED (never listed in a Hello) and its lineage
         is reported again (``ReportLineage``; the old process's report died with
         it, or its fork never reached Redis), so it is forgotten once settled
-        (module docstring, **Forgetting a detached task**).
+        (module docstring, **Forgetting a detached task**). Lineage copies left
+        in the store are named by the shell afterwards (``lineage_copy_kept``).
         """
         out: list[Command] = [
             Notice("meta_unreadable", {"task_id": task_id, "error": error})
@@ -759,6 +803,14 @@ class AgentCore:
             out: list[Command] = [
                 Notice("fork_recorded", {"fork_id": msg.fork_id, "task_id": msg.task_id})
             ]
+            copy = self._copy_forks.pop(msg.fork_id, None)
+            if copy is not None:  # in Redis and acknowledged: the copy is settled
+                self._copies.discard(copy)
+                note = Notice(
+                    "lineage_copy_forgotten",
+                    {"task_id": report.task_id, "copy": copy, "fork_id": msg.fork_id},
+                )
+                return [*out, note, ForgetTask(copy)]
             slot = self._slots.get(report.task_id)
             if (
                 slot is not None
@@ -1192,7 +1244,9 @@ class AgentCore:
         out.append(PersistMeta(task_id, slot.meta()))
         return out
 
-    def lineage_ready(self, report: LineageReport, *, stored: bool = True) -> list[Command]:
+    def lineage_ready(
+        self, report: LineageReport, *, stored: bool = True, copy_task_id: str = ""
+    ) -> list[Command]:
         """The shell kept a fork (``ReportLineage``): report it, and again after each Welcome.
 
         The report is sent now when a Session is open and kept until the
@@ -1205,10 +1259,15 @@ class AgentCore:
                 local records are their only full copy: the task stays DETACHED
                 with its records after the LineageAck (they are reported again
                 after a restart), instead of being forgotten.
+            copy_task_id: the fork is a lineage copy's (``ReportLineageCopy``):
+                with ``stored``, the LineageAck forgets the copy.
         """
         self._forks[report.fork_id] = report
         slot = self._slots.get(report.task_id)
-        if (
+        if copy_task_id:
+            if stored and copy_task_id in self._copies:
+                self._copy_forks[report.fork_id] = copy_task_id  # its LineageAck settles it
+        elif (
             stored
             and slot is not None
             and slot.state is SlotState.DETACHED
@@ -1232,6 +1291,35 @@ class AgentCore:
         slot.lineage_due = False
         slot.fork_id = ""
         return self._forget_if_settled(slot)
+
+    def lineage_copy_kept(self, task_id: str, copy_task_id: str) -> list[Command]:
+        """The store holds a lineage copy of ``task_id`` (an adopt, or a restart found it).
+
+        Returns a ``ReportLineageCopy`` the first time a copy is named in this
+        process; the copy is forgotten once its fork is in Redis and
+        acknowledged (module docstring, **Forgetting a lineage copy**). A copy
+        named again while it is reported, or after its fork could not be
+        stored, gets nothing more until the next process.
+
+        Args:
+            task_id: the task the copy was split from.
+            copy_task_id: the copy's id in the store.
+        """
+        if copy_task_id in self._copies:
+            return []
+        self._copies.add(copy_task_id)
+        self._copy_reports += 1
+        return [
+            Notice("lineage_copy_kept", {"task_id": task_id, "copy": copy_task_id}),
+            ReportLineageCopy(task_id, copy_task_id, self._copy_reports),
+        ]
+
+    def lineage_copy_empty(self, copy_task_id: str) -> list[Command]:
+        """The shell found no record in the lineage copy: nothing to keep, forget it."""
+        if copy_task_id not in self._copies:
+            return []
+        self._copies.discard(copy_task_id)
+        return [ForgetTask(copy_task_id)]
 
     @property
     def pending_forks(self) -> list[str]:

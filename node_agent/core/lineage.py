@@ -20,6 +20,11 @@ shell reads the local store and Redis; the choices are made here:
 - **Name.** ``<task>~e<epoch>~<node>~<incarnation[:8]>``: unique per process
   and epoch, so a retransmitted report is recognised as the same fork.
 
+A *lineage copy* (``<task>~lineage-e<epoch>``: the rows a restore's adopt
+replaced, ``CheckpointStore.adopt``) is reported as a fork too: every record
+in it is divergent, its stale epoch is the newest epoch among them, and the
+fork is named after the copy (``copy_fork_id``).
+
 Retransmission of the report until the leader's LineageAck is ``AgentCore``'s
 (``lineage_ready``). Pure: no IO, no clock.
 """
@@ -35,6 +40,7 @@ __all__ = [
     "MAX_REPORT_EVENTS",
     "Divergence",
     "Resolution",
+    "copy_fork_id",
     "fork_base",
     "fork_id",
     "select_divergent",
@@ -79,6 +85,16 @@ class Divergence:
 def fork_id(task_id: str, epoch: int, node_id: str, incarnation: str) -> str:
     """The fork's name: ``<task>~e<epoch>~<node>~<incarnation[:8]>``."""
     return f"{task_id}~e{epoch}~{node_id}~{incarnation[:8]}"
+
+
+def copy_fork_id(copy_task_id: str, node_id: str, incarnation: str, report_seq: int) -> str:
+    """A lineage copy's fork name: ``<copy>~<node>~<incarnation[:8]>~<report_seq>``.
+
+    ``report_seq`` is ``ReportLineageCopy.report_seq``: a copy name the store
+    reuses after an earlier copy was reported and forgotten still gets a new
+    fork (the same fork id would overwrite the earlier ForkRecord in Redis).
+    """
+    return f"{copy_task_id}~{node_id}~{incarnation[:8]}~{report_seq}"
 
 
 def fork_base(

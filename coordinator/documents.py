@@ -22,13 +22,20 @@ three places, none of which decides anything:
 Commands run in order on the event loop: ``Send*`` are converted to
 CoordinatorMessages and put on the node's channel; ``PersistDocument`` is
 written to Redis by a background writer (latest state per document wins; a
-failure feeds ``PersistFailed`` so the document is written again);
-``ReconcileStarted`` / ``ReconcileCompleted`` go to the event log
-(WatchEvents) and the metrics.
+failure feeds ``PersistFailed`` so the document is written again, a success
+``DocumentPersisted`` with the state vector written, which the hub tells the
+subscribed nodes in DocumentsPersisted); ``ReconcileStarted`` /
+``ReconcileCompleted`` go to the event log (WatchEvents) and the metrics.
 
-A deposed leader's late write can only put an older canonical replica in
-Redis; the next leader loads it and every node's DocumentInterest ships back
-whatever it lacks (nodes hold their replicas durably), so nothing is lost.
+The store never rolls back. Each write is an optimistic transaction (WATCH
+the key, GET it, MULTI / SET / EXEC, again if the key changed meanwhile): when
+the stored replica holds operations the one to write lacks — a deposed
+leader's late write, or a leader whose load from Redis failed — they are
+merged in first, and fed to the hub (``DocumentLoaded``). So a stored state
+vector, once written, is covered by every later one, whichever leader writes;
+that is what lets a node drop its replica of a document once told the store
+holds it (``node_agent.shared``, *Forgetting*). A record that does not parse,
+or holds another kind, is overwritten as before (logged).
 """
 
 from __future__ import annotations
@@ -43,6 +50,7 @@ from typing import Protocol, runtime_checkable
 
 import grpc
 import redis.asyncio as aioredis
+from redis.exceptions import WatchError
 
 from coordinator.core import CoordinatorCore, EmitEvent
 from coordinator.core.limits import document_problem
@@ -59,12 +67,14 @@ from lazarus.storage.codecs import (
 )
 from lazarus.storage.keys import document_key
 from lazarus.v1 import agent_pb2, records_pb2
-from reconcile.documents import decode_document
+from reconcile.documents import Document, decode_document
 from reconcile.hub import (
+    CANONICAL_REPLICA_ID,
     AckReceived,
     DeltasReceived,
     DocumentHub,
     DocumentLoaded,
+    DocumentPersisted,
     HubCommand,
     HubEvent,
     HubSettings,
@@ -83,11 +93,13 @@ from reconcile.hub import (
     SendAck,
     SendDeltaRequest,
     SendDeltas,
+    SendPersisted,
     SendReconcileDone,
     SendReconcileRequest,
     StateVectorsReported,
     Tick,
 )
+from reconcile.vclock import VectorClock
 
 __all__ = [
     "DOCUMENT_MESSAGES",
@@ -104,6 +116,9 @@ TICK_S = 0.1
 
 LOAD_TIMEOUT_S = 10.0
 """Longest a message waits for the canonical replicas to be loaded."""
+
+WRITE_ATTEMPTS = 5
+"""Optimistic transactions tried for one write when the key keeps changing under it."""
 
 DOCUMENT_MESSAGES = frozenset(
     {"document_interest", "delta_batch", "delta_ack", "state_vector_report"}
@@ -428,6 +443,9 @@ class DocumentService:
         elif isinstance(cmd, SendAck):
             msg.delta_ack.batch_id = cmd.batch_id
             doc_states_to_pb(cmd.merged, msg.delta_ack.merged)
+        elif isinstance(cmd, SendPersisted):
+            msg.documents_persisted.SetInParent()
+            doc_states_to_pb(cmd.persisted, msg.documents_persisted.documents)
         elif isinstance(cmd, SendDeltaRequest):
             msg.delta_request.session_id = cmd.session_id
             doc_states_to_pb(cmd.have, msg.delta_request.have)
@@ -537,14 +555,72 @@ class DocumentService:
             batch, self._dirty = self._dirty, {}
             for doc_id, cmd in sorted(batch.items()):
                 try:
-                    await self._client().set(
-                        document_key(doc_id, self.prefix), encode_record(cmd, _now_ms())
-                    )
+                    written, stored = await self._write(cmd)
                 except Exception as exc:
                     _log.warning("writing canonical document %s failed: %s", doc_id, exc)
                     if generation == self._generation:
                         self._step(PersistFailed(doc_id, _now()))
                     await asyncio.sleep(0.5)
+                    continue
+                if generation != self._generation:
+                    continue  # another leadership's hub: it loads from Redis itself
+                if stored is not None:  # operations only the store held: the hub takes them
+                    self._step(DocumentLoaded(doc_id, stored, _now()))
+                self._step(DocumentPersisted(doc_id, written, _now()))
+
+    async def _write(self, cmd: PersistDocument) -> tuple[VectorClock, Document | None]:
+        """Write ``cmd``'s replica merged with the stored one (module docstring).
+
+        Returns:
+            ``(state vector written, the stored replica)``; the stored replica
+            only when it held operations ``cmd`` lacks (they were merged in).
+
+        Raises:
+            Exception: Redis failed, or the key changed under every one of
+                :data:`WRITE_ATTEMPTS` transactions.
+        """
+        key = document_key(cmd.doc_id, self.prefix)
+        client = self._client()
+        for _ in range(WRITE_ATTEMPTS):
+            async with client.pipeline(transaction=True) as pipe:
+                try:
+                    await pipe.watch(key)
+                    stored = _stored_document(cmd, await pipe.get(key))
+                    record, merged = cmd, None
+                    if stored is not None and not cmd.state_vector.descends(stored.state_vector()):
+                        doc = decode_document(cmd.state, CANONICAL_REPLICA_ID)
+                        doc.merge(stored)
+                        sv = doc.state_vector()
+                        record = PersistDocument(cmd.doc_id, cmd.kind, doc.encode(), sv, sv.total())
+                        merged = stored
+                    pipe.multi()  # type: ignore[no-untyped-call]
+                    pipe.set(key, encode_record(record, _now_ms()))
+                    await pipe.execute()
+                except WatchError:
+                    continue  # written meanwhile: read it again
+                return record.state_vector, merged
+        raise RuntimeError(f"{key} changed under {WRITE_ATTEMPTS} writes in a row")
+
+
+def _stored_document(cmd: PersistDocument, data: bytes | str | None) -> Document | None:
+    """The replica a stored DocumentRecord holds, when it can be merged with ``cmd``'s."""
+    if data is None:
+        return None
+    try:
+        record = decode_record(data if isinstance(data, bytes) else data.encode())
+        doc = decode_document(bytes(record.state))
+    except ValueError as exc:
+        _log.error("canonical document %s in Redis unreadable, overwritten: %s", cmd.doc_id, exc)
+        return None
+    if doc.kind != cmd.kind:
+        _log.error(
+            "canonical document %s in Redis is a %s, not a %s: overwritten",
+            cmd.doc_id,
+            doc.kind,
+            cmd.kind,
+        )
+        return None
+    return doc
 
 
 def _now() -> float:

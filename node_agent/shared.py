@@ -38,21 +38,34 @@ Theory of operation: the protocol logic is pure
   more are sent as several messages, which the leader's hub adds up.
 * **Forgetting.** A task's document (``task/<task_id>``) is no longer
   needed once the agent forgets the task (:meth:`SharedDocuments.forget`).
-  Nothing is lost: the replica is dropped only once it is *shipped* — the
-  leader confirmed, in the current Session, a canonical state vector covering
-  it (``ReplicaEndpoint.shipped``) — and stayed so for
-  :data:`FORGET_GRACE_S` in that Session (the leader persists its canonical
-  replica to Redis within a fraction of a second, and retries a failed write;
-  a Session that ends first voids the confirmation and the next leader must
-  confirm again). The leader confirms from memory, so what the grace covers is
-  a leader whose Redis writes fail for the whole grace and which then dies
-  before one succeeds: the document's last operations would be lost with it.
-  The grace is long (30 s) to make that a double fault lasting half a minute
-  while the Session stays up; a confirmation of the *persisted* state vector
-  would close it and is not in the protocol yet. Then its
-  rows leave ``shared.sqlite3`` and the leader is told to unsubscribe the
-  node. Until then the document stays, its intent to forget kept on disk so a
-  restart resumes it.
+  Rule: the replica is dropped only once it is *persisted* — the leader said,
+  in the current Session, that its canonical store (Redis) holds a state
+  vector covering the replica's (DocumentsPersisted,
+  ``ReplicaEndpoint.persisted``) — with no local write of it in flight, and
+  stayed so for :data:`FORGET_GRACE_S` in that Session. Then its rows leave
+  ``shared.sqlite3`` and the leader is told to unsubscribe the node. Until
+  then the document stays, its intent to forget kept on disk so a restart
+  resumes it. A merge the leader confirmed from memory (a DeltaAck) is not
+  enough: a leader whose Redis writes fail and which then dies would take the
+  document's last operations with it.
+
+  Why nothing is lost, even if the leader dies right after: (1) the leader
+  sends DocumentsPersisted only after Redis acknowledged the write of a
+  record with that state vector (``coordinator.documents``: the hub learns it
+  from ``DocumentPersisted``, stepped on a successful write only, never on
+  ``PersistFailed``); (2) the store never rolls back: every write, by any
+  leader (a deposed one's late write, one whose load failed), is an
+  optimistic transaction that first merges what Redis holds, so every later
+  record covers every earlier one; (3) the replica's operations are exactly
+  its state vector's dots, all covered, and a write in flight would add dots
+  not covered yet, hence the check. So after the drop every one of them is in
+  Redis, and the next leader loads Redis (or, if that load fails, merges
+  Redis into its first write of the document) before it serves or overwrites
+  the document. What remains is Redis's own durability (its fsync policy and
+  replication), which the canonical store is trusted with by design. (By (2)
+  a DocumentsPersisted stays true for good; keeping it to one Session, like
+  the grace, is a margin, not part of the argument.) A leader that predates
+  DocumentsPersisted never sends it: under it forgotten documents are kept.
 * **Fencing.** A handle opened through a ``TaskContext`` refuses operations
   once its task must stop (``TaskCancelled``); a handle opened by an
   agent-level service (``Agent.service``) is not tied to a task.
@@ -137,17 +150,25 @@ At most ``coordinator.core.limits.LIMITS.documents_per_message``: the
 coordinator ends a Session whose message names more (INVALID_ARGUMENT).
 """
 
-FORGET_GRACE_S = 30.0
-"""How long a forgotten document stays shipped, in one Session, before it is dropped, s.
+FORGET_GRACE_S = 2.0
+"""How long a forgotten document stays persisted, in one Session, before it is dropped, s.
 
-Far above the leader's persist debounce (0.2 s): the replica outlives a Redis
-outage of that length on the leader's side (module docstring, *Forgetting*)."""
+Not part of the safety argument (module docstring, *Forgetting*: dropping is
+safe once Redis holds the replica); a small margin so a task forgotten and
+assigned here again within a heartbeat or two keeps its replica."""
 
 _DROPPED_REMEMBERED = 4096
 """Recently dropped document ids kept to drop again one that a late delta reopens."""
 
 DOCUMENT_BODIES = frozenset(
-    {"reconcile_request", "delta_request", "delta_batch", "delta_ack", "reconcile_done"}
+    {
+        "reconcile_request",
+        "delta_request",
+        "delta_batch",
+        "delta_ack",
+        "reconcile_done",
+        "documents_persisted",
+    }
 )
 """CoordinatorMessage bodies this module handles."""
 
@@ -209,7 +230,7 @@ class SharedStore:
         return docs, counts
 
     def forgotten(self) -> set[str]:
-        """Documents marked to be dropped once shipped (``SharedDocuments.forget``)."""
+        """Documents marked to be dropped once persisted (``SharedDocuments.forget``)."""
         return {str(row[0]) for row in self._db.execute("SELECT doc_id FROM forgotten")}
 
     def commit(
@@ -443,7 +464,7 @@ class SharedDocuments:
         self._tasks: list[asyncio.Task[None]] = []
         self._flush_handle: asyncio.TimerHandle | None = None
         self._synced: dict[str, asyncio.Event] = {}
-        self._forgetting: dict[str, float | None] = {}  # doc -> shipped since (monotonic s)
+        self._forgetting: dict[str, float | None] = {}  # doc -> persisted since (monotonic s)
         self._marks: dict[str, bool] = {}  # forget marks to write (True) / delete (False)
         self._drops: set[str] = set()  # dropped documents whose rows are to be deleted
         self._committing: set[str] = set()  # documents of the commit in progress
@@ -576,16 +597,17 @@ class SharedDocuments:
         return SharedDocument(self, doc_id, kind, check)
 
     def forget_task(self, task_id: str) -> None:
-        """The agent forgot ``task_id``: drop ``task/<task_id>`` once shipped (see ``forget``)."""
+        """The agent forgot ``task_id``: drop ``task/<task_id>`` once persisted (see ``forget``)."""
         self.forget(f"task/{task_id}")
 
     def forget(self, doc_id: str) -> None:
-        """Drop the replica of ``doc_id`` once nothing of it is left to ship.
+        """Drop the replica of ``doc_id`` once all of it is durable in the canonical store.
 
         The intent is durable at once (a restart resumes it); the replica, its
         rows in ``shared.sqlite3`` and the node's subscription at the leader go
-        once the leader confirmed the replica's state vector and it stayed so
-        for ``forget_grace_s`` in one Session (module docstring, *Forgetting*).
+        once the leader said its store holds the replica's state vector and it
+        stayed so for ``forget_grace_s`` in one Session (module docstring,
+        *Forgetting*).
         Opening the document again (``handle_doc``) cancels it. Unknown
         documents are ignored.
         """
@@ -597,11 +619,11 @@ class SharedDocuments:
         self._review()
 
     def forgetting(self) -> tuple[str, ...]:
-        """Documents to be dropped once shipped, sorted."""
+        """Documents to be dropped once persisted, sorted."""
         return tuple(sorted(self._forgetting))
 
     def _review(self) -> None:
-        """Drop every forgotten replica shipped for ``forget_grace_s`` in this Session."""
+        """Drop every forgotten replica persisted for ``forget_grace_s`` in this Session."""
         if self._review_handle is not None:
             self._review_handle.cancel()
             self._review_handle = None
@@ -615,7 +637,7 @@ class SharedDocuments:
             if doc_id not in self.endpoint.docs:
                 del self._forgetting[doc_id]
                 continue
-            if doc_id in busy or not self.endpoint.shipped(doc_id):
+            if doc_id in busy or not self.endpoint.persisted(doc_id):
                 self._forgetting[doc_id] = None
                 continue
             since = self._forgetting[doc_id]
@@ -637,7 +659,7 @@ class SharedDocuments:
             self._review_handle = loop.call_later(max(0.0, due - now), self._review)
 
     def _drop(self, doc_id: str) -> None:
-        """Forget a shipped replica in memory now; its rows go with the next commit."""
+        """Forget a persisted replica in memory now; its rows go with the next commit."""
         self.endpoint.drop(doc_id)
         del self._forgetting[doc_id]
         self._marks.pop(doc_id, None)
@@ -648,7 +670,7 @@ class SharedDocuments:
         while len(self._dropped) > _DROPPED_REMEMBERED:
             self._dropped.pop(next(iter(self._dropped)))
         self._kick()
-        _log.info("shared document %s dropped: shipped, and its task is forgotten", doc_id)
+        _log.info("shared document %s dropped: durable in Redis, its task forgotten", doc_id)
 
     def document(self, doc_id: str, kind: str) -> Document:
         """The replica of ``doc_id``."""
@@ -853,6 +875,8 @@ class SharedDocuments:
             resend = ep.on_ack(ack.batch_id, doc_states_from_pb(ack.merged))
             if resend is not None:
                 self._send_batch(resend)
+        elif body == "documents_persisted":
+            ep.on_persisted(doc_states_from_pb(msg.documents_persisted.documents))
             self._review()
         elif body == "delta_request":
             req = msg.delta_request

@@ -33,7 +33,13 @@ remote delta are made durable by the shell before anything derived from them
   own state vector — every operation it holds is in the canonical replica.
   The joins are cleared after a Welcome (:meth:`interest`) and when the
   Session ends (:meth:`clear_confirmed`): a new leader must confirm again.
-  Only a shipped replica may be dropped (:meth:`drop`).
+* Persisted (:meth:`persisted`): the state vectors the leader says its store
+  (Redis) holds (DocumentsPersisted, :meth:`on_persisted`) are joined the
+  same way, per Session; a replica is persisted when that join covers its
+  own state vector — every operation it holds is durable in the canonical
+  store, which never rolls back, so the next leader loads it. Only a
+  persisted replica may be dropped (:meth:`drop`); shipped alone is not
+  enough, since the leader confirms merges from memory.
 """
 
 from __future__ import annotations
@@ -79,6 +85,7 @@ class ReplicaEndpoint:
         self._pending: dict[int, _Pending] = {}
         self._next_batch = 1
         self._confirmed: dict[str, VectorClock] = {}
+        self._persisted: dict[str, VectorClock] = {}
 
     # ---- replicas ----------------------------------------------------------------
 
@@ -100,9 +107,10 @@ class ReplicaEndpoint:
         self.docs[doc_id] = doc
 
     def drop(self, doc_id: str) -> None:
-        """Forget the replica of ``doc_id`` (and its queued deltas); see :meth:`shipped`."""
+        """Forget the replica of ``doc_id`` (and its queued deltas); see :meth:`persisted`."""
         self.docs.pop(doc_id, None)
         self._confirmed.pop(doc_id, None)
+        self._persisted.pop(doc_id, None)
         self._queue = [dd for dd in self._queue if dd.doc_id != doc_id]
 
     def shipped(self, doc_id: str) -> bool:
@@ -115,9 +123,29 @@ class ReplicaEndpoint:
             return True
         return self._confirmed.get(doc_id, VectorClock()).descends(doc.state_vector())
 
+    def persisted(self, doc_id: str) -> bool:
+        """True when the leader said, in this Session, its store holds all of ``doc_id``.
+
+        A replica that does not exist, or holds no operation, is persisted.
+        """
+        doc = self.docs.get(doc_id)
+        if doc is None or not doc.state_vector():
+            return True
+        return self._persisted.get(doc_id, VectorClock()).descends(doc.state_vector())
+
+    def on_persisted(self, stored: Iterable[DocState]) -> None:
+        """The leader's DocumentsPersisted: its store holds these state vectors (held docs only)."""
+        for ds in stored:
+            if ds.doc_id not in self.docs:
+                continue
+            have = self._persisted.get(ds.doc_id)
+            sv = ds.state_vector
+            self._persisted[ds.doc_id] = sv if have is None else have.merge(sv)
+
     def clear_confirmed(self) -> None:
-        """The Session ended: what the leader confirmed must be confirmed again."""
+        """The Session ended: what the leader confirmed (merged, persisted) must be again."""
         self._confirmed.clear()
+        self._persisted.clear()
 
     def _confirm(self, doc_id: str, canonical: VectorClock) -> None:
         have = self._confirmed.get(doc_id)
@@ -172,6 +200,7 @@ class ReplicaEndpoint:
         self._pending.clear()
         self._queue.clear()  # the leader's DeltaRequest will ask for all of it
         self._confirmed.clear()  # maybe another leader: it confirms afresh
+        self._persisted.clear()
         return self.states(self.docs)
 
     def states(self, doc_ids: Iterable[str]) -> tuple[DocState, ...]:

@@ -82,7 +82,19 @@ rollout) would pile up here for the leader's whole term.
 Persistence: every change marks the document dirty; ``Tick`` emits
 ``PersistDocument`` (the canonical replica's encoding) at most once per
 ``persist_debounce_s`` per document. The shell answers a failed write with
-``PersistFailed`` and the document is written again later.
+``PersistFailed`` and the document is written again later, a successful one
+with ``DocumentPersisted`` (the state vector the store now holds: the shell
+merges what the store held into what it writes, so the store never rolls
+back). The hub keeps, per document, the join of the state vectors the store
+is known to hold (``DocumentLoaded`` counts: it was read from there), and on
+``Tick`` tells every attached node subscribed to a document whose stored
+state vector grew, or which it subscribed to anew, that state vector
+(``SendPersisted``: per node and tick one command, or more of at most
+``documents_per_message`` documents each) — only when it covers what the node
+is known to hold, since a node may drop a replica (a forgotten task's
+document) only once the store holds all of it. Bounded: a document is written
+at most once per ``persist_debounce_s``, and a node hears of each stored
+state vector at most once per Session.
 """
 
 from __future__ import annotations
@@ -104,6 +116,7 @@ __all__ = [
     "DocState",
     "DocumentHub",
     "DocumentLoaded",
+    "DocumentPersisted",
     "HubCommand",
     "HubEvent",
     "HubSettings",
@@ -122,6 +135,7 @@ __all__ = [
     "SendAck",
     "SendDeltaRequest",
     "SendDeltas",
+    "SendPersisted",
     "SendReconcileDone",
     "SendReconcileRequest",
     "StateVectorsReported",
@@ -163,11 +177,13 @@ class HubSettings:
         persist_debounce_s: shortest interval between two writes of one document.
         retry_s: a GATHER / VERIFY request unanswered this long is sent again.
         session_timeout_s: a session not verified by then ends unconverged.
+        documents_per_message: most documents one ``SendPersisted`` names.
     """
 
     persist_debounce_s: float = 0.2
     retry_s: float = 1.0
     session_timeout_s: float = 30.0
+    documents_per_message: int = 1024
 
 
 # ---- values carried by events and commands ----------------------------------------
@@ -320,6 +336,19 @@ class PersistFailed:
 
 
 @dataclass(frozen=True, slots=True)
+class DocumentPersisted:
+    """A write of a canonical replica succeeded: the store holds ``state_vector``.
+
+    ``state_vector`` is that of the record written (which the shell merged
+    with what the store held, so the store holds at least it from now on).
+    """
+
+    doc_id: str
+    state_vector: VectorClock
+    now_s: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
 class Tick:
     """Time passed."""
 
@@ -336,6 +365,7 @@ HubEvent = (
     | NodeDetached
     | NodeGone
     | PersistFailed
+    | DocumentPersisted
     | Tick
 )
 
@@ -361,6 +391,14 @@ class SendAck:
     node_id: str
     batch_id: int
     merged: tuple[DocState, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class SendPersisted:
+    """Tell the node the store holds these canonical state vectors (DocumentsPersisted)."""
+
+    node_id: str
+    persisted: tuple[DocState, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -442,6 +480,7 @@ class RefuseDocument:
 HubCommand = (
     SendDeltas
     | SendAck
+    | SendPersisted
     | SendDeltaRequest
     | SendReconcileRequest
     | SendReconcileDone
@@ -471,6 +510,8 @@ class _Node:
     conflicts: list[Conflict] = field(default_factory=list)  # seen outside a session
     conflict_count: int = 0
     gone: bool = False  # NodeGone while attached: forgotten at NodeDetached
+    told: dict[str, VectorClock] = field(default_factory=dict)  # stored sv sent, this Session
+    tell: set[str] = field(default_factory=set)  # subscribed anew: tell the stored sv
 
 
 @dataclass(slots=True)
@@ -493,6 +534,7 @@ class _Doc:
     document: Document
     dirty: bool = False
     persisted_s: float = float("-inf")
+    stored: VectorClock = field(default_factory=VectorClock)  # the store holds at least this
 
 
 def _doc_state(doc_id: str, doc: Document) -> DocState:
@@ -518,6 +560,7 @@ class DocumentHub:
         self._deltas_total = 0
         self._conflicts_total = 0
         self._had_documents_at_start = False
+        self._stored_grew: set[str] = set()  # documents whose stored sv grew since the Tick
 
     # ---- reading -------------------------------------------------------------------
 
@@ -589,19 +632,33 @@ class DocumentHub:
             present = self._docs.get(event.doc_id)
             if present is None:
                 self._docs[event.doc_id] = _Doc(event.document, persisted_s=event.now_s)
+                self._stored(event.doc_id, event.document.state_vector())
             elif present.document.kind == event.document.kind:
                 present.document.merge(event.document)  # nodes were faster than the load
                 present.dirty = True
+                self._stored(event.doc_id, event.document.state_vector())
             self._had_documents_at_start = True
         elif isinstance(event, PersistFailed):
             entry = self._docs.get(event.doc_id)
             if entry is not None:
                 entry.dirty = True
+        elif isinstance(event, DocumentPersisted):
+            self._stored(event.doc_id, event.state_vector)
         else:
             raise TypeError(f"event must be a hub event, got {type(event).__name__}")
         return out
 
     # ---- helpers -------------------------------------------------------------------
+
+    def _stored(self, doc_id: str, state_vector: VectorClock) -> None:
+        """The store holds at least ``state_vector`` of ``doc_id`` (read or written)."""
+        entry = self._docs.get(doc_id)
+        if entry is None:
+            return
+        stored = entry.stored.merge(state_vector)
+        if stored != entry.stored:
+            entry.stored = stored
+            self._stored_grew.add(doc_id)
 
     def _node(self, node_id: str) -> _Node:
         node = self._nodes.get(node_id)
@@ -721,9 +778,13 @@ class DocumentHub:
             node.interest.add(ds.doc_id)
             node.known[ds.doc_id] = ds.state_vector
             node.shipped[ds.doc_id] = ds.state_vector
+            node.told.pop(ds.doc_id, None)  # a new Session forgets what it was told
+            node.tell.add(ds.doc_id)
             accepted.append(ds)
         for doc_id in ev.unsubscribe:
             node.interest.discard(doc_id)
+            node.told.pop(doc_id, None)
+            node.tell.discard(doc_id)
         self._ship(node, self._catch_up(node, [d.doc_id for d in accepted], answer_all=True), out)
         have = self._lacking(node, accepted)
         if have:
@@ -820,6 +881,8 @@ class DocumentHub:
         self._attached.discard(ev.node_id)
         node.expected.clear()
         node.shipped = dict(node.known)
+        node.told.clear()
+        node.tell.clear()
         for session in self._sessions_of(ev.node_id):
             session.phase = None  # GATHER again once the node is back
         if node.gone:
@@ -996,6 +1059,36 @@ class DocumentHub:
                 doc = entry.document
                 sv = doc.state_vector()
                 out.append(PersistDocument(doc_id, doc.kind, doc.encode(), sv, sv.total()))
+        self._tell_stored(out)
+
+    def _tell_stored(self, out: list[HubCommand]) -> None:
+        """Tell each attached node the stored state vectors it has not heard and may use.
+
+        A node hears a document's stored state vector when it is subscribed
+        to the document, the vector grew (or the node subscribed anew) since
+        it last heard it, and it covers what the node is known to hold: the
+        node's replica only grows, so a vector below that cannot let it drop
+        the replica, and the write carrying the rest will be told in turn.
+        """
+        grew, self._stored_grew = self._stored_grew, set()
+        limit = max(1, self.settings.documents_per_message)
+        for node_id in sorted(self._attached):
+            node = self._nodes[node_id]
+            candidates = {d for d in grew if d in node.interest} | node.tell
+            node.tell = set()
+            states: list[DocState] = []
+            for doc_id in sorted(candidates):
+                entry = self._docs.get(doc_id)
+                if entry is None or not entry.stored or doc_id not in node.interest:
+                    continue
+                if node.told.get(doc_id) == entry.stored:
+                    continue
+                if not entry.stored.descends(node.known.get(doc_id, VectorClock())):
+                    continue
+                node.told[doc_id] = entry.stored
+                states.append(DocState(doc_id, entry.document.kind, entry.stored))
+            for i in range(0, len(states), limit):
+                out.append(SendPersisted(node_id, tuple(states[i : i + limit])))
 
 
 def _chain_covers(shipped: VectorClock, forwards: list[DocDelta]) -> list[bool]:

@@ -278,7 +278,7 @@ class Goodbye(_message.Message):
     def __init__(self, reason: _Optional[str] = ..., released_all: _Optional[bool] = ...) -> None: ...
 
 class CoordinatorMessage(_message.Message):
-    __slots__ = ("welcome", "heartbeat_ack", "assign", "revoke", "release", "drain", "not_leader", "task_update_ack", "reconcile_request", "delta_request", "delta_batch", "delta_ack", "reconcile_done", "lineage_request", "lineage_ack", "reattach")
+    __slots__ = ("welcome", "heartbeat_ack", "assign", "revoke", "release", "drain", "not_leader", "task_update_ack", "reconcile_request", "delta_request", "delta_batch", "delta_ack", "reconcile_done", "lineage_request", "lineage_ack", "reattach", "documents_persisted")
     WELCOME_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_ACK_FIELD_NUMBER: _ClassVar[int]
     ASSIGN_FIELD_NUMBER: _ClassVar[int]
@@ -295,6 +295,7 @@ class CoordinatorMessage(_message.Message):
     LINEAGE_REQUEST_FIELD_NUMBER: _ClassVar[int]
     LINEAGE_ACK_FIELD_NUMBER: _ClassVar[int]
     REATTACH_FIELD_NUMBER: _ClassVar[int]
+    DOCUMENTS_PERSISTED_FIELD_NUMBER: _ClassVar[int]
     welcome: Welcome
     heartbeat_ack: HeartbeatAck
     assign: Assign
@@ -311,7 +312,8 @@ class CoordinatorMessage(_message.Message):
     lineage_request: LineageRequest
     lineage_ack: LineageAck
     reattach: Reattach
-    def __init__(self, welcome: _Optional[_Union[Welcome, _Mapping]] = ..., heartbeat_ack: _Optional[_Union[HeartbeatAck, _Mapping]] = ..., assign: _Optional[_Union[Assign, _Mapping]] = ..., revoke: _Optional[_Union[Revoke, _Mapping]] = ..., release: _Optional[_Union[Release, _Mapping]] = ..., drain: _Optional[_Union[Drain, _Mapping]] = ..., not_leader: _Optional[_Union[NotLeader, _Mapping]] = ..., task_update_ack: _Optional[_Union[TaskUpdateAck, _Mapping]] = ..., reconcile_request: _Optional[_Union[ReconcileRequest, _Mapping]] = ..., delta_request: _Optional[_Union[DeltaRequest, _Mapping]] = ..., delta_batch: _Optional[_Union[DeltaBatch, _Mapping]] = ..., delta_ack: _Optional[_Union[DeltaAck, _Mapping]] = ..., reconcile_done: _Optional[_Union[ReconcileDone, _Mapping]] = ..., lineage_request: _Optional[_Union[LineageRequest, _Mapping]] = ..., lineage_ack: _Optional[_Union[LineageAck, _Mapping]] = ..., reattach: _Optional[_Union[Reattach, _Mapping]] = ...) -> None: ...
+    documents_persisted: DocumentsPersisted
+    def __init__(self, welcome: _Optional[_Union[Welcome, _Mapping]] = ..., heartbeat_ack: _Optional[_Union[HeartbeatAck, _Mapping]] = ..., assign: _Optional[_Union[Assign, _Mapping]] = ..., revoke: _Optional[_Union[Revoke, _Mapping]] = ..., release: _Optional[_Union[Release, _Mapping]] = ..., drain: _Optional[_Union[Drain, _Mapping]] = ..., not_leader: _Optional[_Union[NotLeader, _Mapping]] = ..., task_update_ack: _Optional[_Union[TaskUpdateAck, _Mapping]] = ..., reconcile_request: _Optional[_Union[ReconcileRequest, _Mapping]] = ..., delta_request: _Optional[_Union[DeltaRequest, _Mapping]] = ..., delta_batch: _Optional[_Union[DeltaBatch, _Mapping]] = ..., delta_ack: _Optional[_Union[DeltaAck, _Mapping]] = ..., reconcile_done: _Optional[_Union[ReconcileDone, _Mapping]] = ..., lineage_request: _Optional[_Union[LineageRequest, _Mapping]] = ..., lineage_ack: _Optional[_Union[LineageAck, _Mapping]] = ..., reattach: _Optional[_Union[Reattach, _Mapping]] = ..., documents_persisted: _Optional[_Union[DocumentsPersisted, _Mapping]] = ...) -> None: ...
 
 class Reattach(_message.Message):
     __slots__ = ("term",)
@@ -518,6 +520,12 @@ class DeltaAck(_message.Message):
     batch_id: int
     merged: _containers.RepeatedCompositeFieldContainer[_records_pb2.DocumentStateVector]
     def __init__(self, batch_id: _Optional[int] = ..., merged: _Optional[_Iterable[_Union[_records_pb2.DocumentStateVector, _Mapping]]] = ...) -> None: ...
+
+class DocumentsPersisted(_message.Message):
+    __slots__ = ("documents",)
+    DOCUMENTS_FIELD_NUMBER: _ClassVar[int]
+    documents: _containers.RepeatedCompositeFieldContainer[_records_pb2.DocumentStateVector]
+    def __init__(self, documents: _Optional[_Iterable[_Union[_records_pb2.DocumentStateVector, _Mapping]]] = ...) -> None: ...
 
 class DocumentInterest(_message.Message):
     __slots__ = ("subscribe", "unsubscribe_doc_ids")

@@ -432,7 +432,7 @@ async def test_a_zombies_crdt_task_state_merges_into_the_current_owners_state(
     assert zombie_after_cut, "the zombie acknowledged increments after the cut"
     assert later, "the new owner kept working"
     assert value == len(acked), (value, len(acked))
-    if owner is None:  # the task finished: its document went once the leader had all of it
+    if owner is None:  # the task finished: its document went once Redis held all of it
         assert f"shared document {doc_id} dropped" in owner_log
     else:
         assert owner.value() == len(acked), "the current owner holds the merged state"

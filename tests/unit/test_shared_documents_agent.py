@@ -183,10 +183,102 @@ async def test_document_service_merges_acks_fans_out_and_reconciles() -> None:
 # ---- many documents, forgotten task documents (agent <-> DocumentService, no network) -----
 
 
-async def _leader() -> Any:
+class FakeRedis:
+    """The part of ``redis.asyncio.Redis`` DocumentService uses, in memory.
+
+    ``down`` makes every call fail as an unreachable server would;
+    ``sets`` counts the records written.
+    """
+
+    def __init__(self) -> None:
+        self.data: dict[str, bytes] = {}
+        self.versions: dict[str, int] = {}
+        self.down = False
+        self.sets = 0
+        self.races: list[bytes] = []
+
+    def _check(self) -> None:
+        if self.down:
+            from redis.exceptions import ConnectionError as RedisConnectionError
+
+            raise RedisConnectionError("fake redis is down")
+
+    async def get(self, key: str) -> bytes | None:
+        self._check()
+        return self.data.get(key)
+
+    async def set(self, key: str, value: bytes) -> bool:
+        self._check()
+        self.put(key, value)
+        return True
+
+    def put(self, key: str, value: bytes) -> None:
+        self.data[key] = value
+        self.versions[key] = self.versions.get(key, 0) + 1
+        self.sets += 1
+
+    async def scan_iter(self, match: str = "*", count: int = 0) -> Any:
+        import fnmatch
+
+        self._check()
+        for key in sorted(self.data):
+            if fnmatch.fnmatchcase(key, match):
+                yield key
+
+    def pipeline(self, transaction: bool = True) -> FakePipeline:
+        return FakePipeline(self)
+
+    async def aclose(self) -> None:
+        return None
+
+
+class FakePipeline:
+    """WATCH / GET / MULTI / SET / EXEC on a :class:`FakeRedis`."""
+
+    def __init__(self, redis: FakeRedis) -> None:
+        self.redis = redis
+        self.watched: dict[str, int] = {}
+        self.queued: list[tuple[str, bytes]] = []
+
+    async def __aenter__(self) -> FakePipeline:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.watched, self.queued = {}, []
+
+    async def watch(self, key: str) -> None:
+        self.redis._check()
+        self.watched[key] = self.redis.versions.get(key, 0)
+        if self.redis.races:  # another writer, between this WATCH and the EXEC
+            self.redis.put(key, self.redis.races.pop(0))
+
+    async def get(self, key: str) -> bytes | None:
+        return await self.redis.get(key)
+
+    def multi(self) -> None:
+        self.queued = []
+
+    def set(self, key: str, value: bytes) -> FakePipeline:
+        self.queued.append((key, value))
+        return self
+
+    async def execute(self) -> list[bool]:
+        from redis.exceptions import WatchError
+
+        self.redis._check()
+        if any(self.redis.versions.get(k, 0) != v for k, v in self.watched.items()):
+            raise WatchError("watched key changed")
+        for key, value in self.queued:
+            self.redis.put(key, value)
+        return [True] * len(self.queued)
+
+
+async def _leader(redis: FakeRedis | None = None) -> Any:
     from coordinator.documents import DocumentService
 
     svc = DocumentService("redis://127.0.0.1:1/0")  # nothing listens: loads nothing
+    if redis is not None:
+        svc._redis = redis  # type: ignore[assignment]
     svc.leadership_changed(True, 7)
     await asyncio.sleep(0.2)
     return svc
@@ -205,6 +297,25 @@ async def _pump(svc: Any, channel: Any, docs: SharedDocuments, sent: list[Any]) 
             moved = True
         if not moved and docs._inbox.empty():
             return
+
+
+async def _pump_until(
+    svc: Any,
+    channel: Any,
+    docs: SharedDocuments,
+    sent: list[Any],
+    done: Any,
+    timeout_s: float = 3.0,
+) -> bool:
+    """Carry messages both ways until ``done()`` holds (True) or ``timeout_s`` passed (False)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while loop.time() < deadline:
+        await _pump(svc, channel, docs, sent)
+        if done():
+            return True
+        await asyncio.sleep(0.05)
+    return False
 
 
 def test_the_agent_names_no_more_documents_per_message_than_the_coordinator_takes() -> None:
@@ -250,7 +361,7 @@ async def test_a_welcome_interest_over_the_message_limit_is_split_and_accepted(
     await docs.close()
 
 
-async def test_a_forgotten_task_document_goes_from_memory_disk_and_leader_once_shipped(
+async def test_a_forgotten_task_document_goes_from_memory_disk_and_leader_once_durable(
     tmp_path: Path,
 ) -> None:
     from coordinator.runtime import Channel
@@ -274,14 +385,14 @@ async def test_a_forgotten_task_document_goes_from_memory_disk_and_leader_once_s
     await again.start()
     again.forget_grace_s = 0.1
     assert again.forgetting() == ("task/t1",)
-    svc = await _leader()
+    redis = FakeRedis()
+    svc = await _leader(redis)
     channel = Channel("sa")
     channel.node_id = "node-a"
     sent: list[agent_pb2.AgentMessage] = []
     again.session_opened(sent.append)
-    await _pump(svc, channel, again, sent)
-    await asyncio.sleep(0.3)  # the grace
-    await _pump(svc, channel, again, sent)
+    # Merged, written to Redis, told, the grace: dropped.
+    assert await _pump_until(svc, channel, again, sent, lambda: not again.holds("task/t1"))
     await again.durable()
     hub = svc.hub
     assert hub is not None
@@ -293,6 +404,7 @@ async def test_a_forgotten_task_document_goes_from_memory_disk_and_leader_once_s
     assert "task/t1" not in again._synced
     assert "task/t1" not in again._log_rows
     assert "task/t1" not in hub._nodes["node-a"].interest  # unsubscribed
+    assert _stored(redis, "task/t1").value() == 3  # durable where the next leader reads
     assert again.holds("shared/hits")
     await again.close()
     on_disk = read_replicas(tmp_path)
@@ -307,7 +419,7 @@ async def test_a_forgotten_task_document_goes_from_memory_disk_and_leader_once_s
     await svc.close()
 
 
-async def test_a_forgotten_document_stays_until_the_leader_confirms_its_deltas(
+async def test_a_forgotten_document_stays_until_the_leader_says_redis_holds_it(
     tmp_path: Path,
 ) -> None:
     docs = SharedDocuments(tmp_path, "node-a")
@@ -333,11 +445,25 @@ async def test_a_forgotten_document_stays_until_the_leader_confirms_its_deltas(
     assert docs.holds("task/t1")
 
     rid = docs.replica_id
-    ack = agent_pb2.CoordinatorMessage()  # now it holds everything
+    ack = agent_pb2.CoordinatorMessage()  # now it holds everything, in memory
     ack.delta_ack.batch_id = 999
     covered = ack.delta_ack.merged.add(doc_id="task/t1", crdt_type=1)
     covered.state_vector.counters[rid] = 1
     docs.receive(ack)
+    await asyncio.sleep(0.3)
+    assert docs.endpoint.shipped("task/t1")
+    assert docs.holds("task/t1")  # merged, not durable in Redis: kept past the grace
+
+    stored = agent_pb2.CoordinatorMessage()  # the leader's store holds less
+    stored.documents_persisted.documents.add(doc_id="task/t1", crdt_type=1)
+    docs.receive(stored)
+    await asyncio.sleep(0.3)
+    assert docs.holds("task/t1")
+
+    stored = agent_pb2.CoordinatorMessage()  # ... now all of it
+    held = stored.documents_persisted.documents.add(doc_id="task/t1", crdt_type=1)
+    held.state_vector.counters[rid] = 1
+    docs.receive(stored)
     await asyncio.sleep(0.02)
     docs.session_closed()  # ... but the Session ended within the grace: void
     await asyncio.sleep(0.3)
@@ -346,7 +472,7 @@ async def test_a_forgotten_document_stays_until_the_leader_confirms_its_deltas(
     sent.clear()
     docs.session_opened(sent.append)
     await asyncio.sleep(0.05)
-    docs.receive(ack)  # the next leader confirms it
+    docs.receive(stored)  # the next leader says so
     await asyncio.sleep(0.3)
     assert not docs.holds("task/t1")
     unsubscribe = [
@@ -357,6 +483,117 @@ async def test_a_forgotten_document_stays_until_the_leader_confirms_its_deltas(
     assert unsubscribe == [["task/t1"]]
     await docs.close()
     assert "task/t1" not in read_replicas(tmp_path)
+
+
+def _stored(redis: FakeRedis, doc_id: str) -> Any:
+    from coordinator.documents import decode_record
+    from lazarus.storage.keys import document_key
+    from reconcile.documents import decode_document
+
+    return decode_document(bytes(decode_record(redis.data[document_key(doc_id)]).state))
+
+
+def _record(doc_id: str, doc: Any) -> bytes:
+    from coordinator.documents import encode_record
+    from reconcile.hub import PersistDocument
+
+    sv = doc.state_vector()
+    return encode_record(PersistDocument(doc_id, doc.kind, doc.encode(), sv, sv.total()), 1)
+
+
+async def test_a_forgotten_document_outlives_a_leader_whose_redis_writes_fail(
+    tmp_path: Path,
+) -> None:
+    from coordinator.runtime import Channel
+
+    docs = SharedDocuments(tmp_path, "node-a")
+    await docs.start()
+    docs.forget_grace_s = 0.1
+    await docs.handle_doc("task/t1", "g-counter").increment(3)
+    docs.forget_task("t1")
+    redis = FakeRedis()
+    redis.down = True  # the leader's Redis fails for the whole leadership
+    first = await _leader(redis)
+    channel = Channel("s1")
+    channel.node_id = "node-a"
+    sent: list[agent_pb2.AgentMessage] = []
+    docs.session_opened(sent.append)
+    merged = await _pump_until(
+        first, channel, docs, sent, lambda: docs.endpoint.shipped("task/t1"), 2.0
+    )
+    assert merged  # the leader holds every operation, in memory
+    await _pump_until(first, channel, docs, sent, lambda: False, 1.0)  # ten graces
+    assert docs.holds("task/t1")  # not durable anywhere but here: kept
+    assert redis.sets == 0
+    first.leadership_changed(False, 7)  # ... and the leader dies
+    await first.close()
+    docs.session_closed()
+
+    redis.down = False
+    second = await _leader(redis)
+    channel = Channel("s2")
+    channel.node_id = "node-a"
+    sent.clear()
+    docs.session_opened(sent.append)
+    assert await _pump_until(second, channel, docs, sent, lambda: not docs.holds("task/t1"))
+    second.leadership_changed(False, 7)  # dies right after the drop
+    await second.close()
+    third = await _leader(redis)  # loads the canonical replicas from Redis
+    hub = third.hub
+    assert hub is not None
+    doc = hub.document("task/t1")
+    assert doc is not None
+    assert doc.value() == 3  # nothing the node dropped is lost
+    third.leadership_changed(False, 7)
+    await third.close()
+    await docs.close()
+
+
+async def test_a_write_merges_what_redis_holds_so_the_store_never_rolls_back(
+    tmp_path: Path,
+) -> None:
+    from coordinator.runtime import Channel
+
+    redis = FakeRedis()
+    redis.down = True  # the load fails: the leader starts without Redis's replicas
+    svc = await _leader(redis)
+    redis.down = False
+    older = new_document("g-counter", "canonical")  # what Redis holds: x wrote 5 ...
+    older.merge_delta(new_document("g-counter", "x~1").apply(Increment(5)))
+    from lazarus.storage.keys import document_key
+
+    redis.put(document_key("shared/hits"), _record("shared/hits", older))
+    late = new_document("g-counter", "canonical")  # ... and y wrote 7 under WATCH
+    late.merge(older)
+    late.merge_delta(new_document("g-counter", "y~1").apply(Increment(7)))
+    redis.races.append(_record("shared/hits", late))
+
+    docs = SharedDocuments(tmp_path, "node-a")
+    await docs.start()
+    await docs.handle("hits", "g-counter").increment(1)
+    channel = Channel("s1")
+    channel.node_id = "node-a"
+    sent: list[agent_pb2.AgentMessage] = []
+    docs.session_opened(sent.append)
+
+    def stored_all() -> bool:
+        key = document_key("shared/hits")
+        return key in redis.data and _stored(redis, "shared/hits").value() == 13
+
+    assert await _pump_until(svc, channel, docs, sent, stored_all)
+    hub = svc.hub
+    assert hub is not None
+    doc = hub.document("shared/hits")
+    assert doc is not None
+    assert doc.value() == 13  # the hub took what only Redis held
+    assert redis.races == []  # the write raced y's: it read again and merged
+    told = await _pump_until(
+        svc, channel, docs, sent, lambda: docs.endpoint.persisted("shared/hits")
+    )
+    assert told  # the stored replica covers the node's: the node hears it
+    svc.leadership_changed(False, 7)
+    await svc.close()
+    await docs.close()
 
 
 async def test_opening_a_forgotten_document_again_keeps_it(tmp_path: Path) -> None:

@@ -8,7 +8,11 @@ phase: every node healed, messages delivered until none is left. Checker:
 every replica (each node's and the canonical) has the same state vector and
 the same value, and that value equals a ground-truth model built from the
 acknowledged operations alone — nothing lost, nothing doubled. A failure
-prints the seed.
+prints the seed. The store (Redis) is modelled too: each PersistDocument
+succeeds (``DocumentPersisted``) or fails (``PersistFailed``) by a second
+seeded generator; every stored state vector the hub tells a node
+(``SendPersisted``) must be one the store holds, and after the liveness
+phase every node hears that the store holds all of its replicas.
 """
 
 from __future__ import annotations
@@ -28,11 +32,13 @@ from reconcile.hub import (
     DocDelta,
     DocState,
     DocumentHub,
+    DocumentPersisted,
     HubSettings,
     InterestReceived,
     NodeDetached,
     NodeGone,
     PersistDocument,
+    PersistFailed,
     ReconcileCompletedNotice,
     ReconcilePhase,
     ReconcileStartedNotice,
@@ -41,6 +47,7 @@ from reconcile.hub import (
     SendAck,
     SendDeltaRequest,
     SendDeltas,
+    SendPersisted,
     SendReconcileDone,
     SendReconcileRequest,
     StateVectorsReported,
@@ -84,12 +91,21 @@ class Sim:
     done: list[SendReconcileDone] = field(default_factory=list)
     completed: list[ReconcileCompletedNotice] = field(default_factory=list)
     persisted: dict[str, PersistDocument] = field(default_factory=dict)
+    store_rng: random.Random = field(default_factory=random.Random)
+    write_fail_rate: float = 0.3
+    writes: list[PersistDocument] = field(default_factory=list)  # issued, not done
+    store: dict[str, VectorClock] = field(default_factory=dict)  # what Redis holds
 
     # ---- plumbing ------------------------------------------------------------------
 
     def run_hub(self, event: Any) -> None:
         for cmd in self.hub.step(event):
             if isinstance(cmd, SendDeltas | SendAck | SendDeltaRequest | SendReconcileRequest):
+                self.send_node(cmd.node_id, cmd)
+            elif isinstance(cmd, SendPersisted):
+                for ds in cmd.persisted:  # only what the store holds is ever told
+                    held = self.store.get(ds.doc_id, VectorClock())
+                    assert held.descends(ds.state_vector), f"told {ds} beyond the store"
                 self.send_node(cmd.node_id, cmd)
             elif isinstance(cmd, SendReconcileDone):
                 self.done.append(cmd)
@@ -99,6 +115,7 @@ class Sim:
                 self.completed.append(cmd)
             elif isinstance(cmd, PersistDocument):
                 self.persisted[cmd.doc_id] = cmd
+                self.writes.append(cmd)
 
     def send_node(self, node_id: str, msg: Any) -> None:
         if self.up[node_id]:
@@ -144,6 +161,8 @@ class Sim:
             self.send_hub(node_id, AckReceived(node_id, msg.batch_id, states, self.now))
         elif isinstance(msg, SendAck):
             self.send_batch(node_id, ep.on_ack(msg.batch_id, msg.merged))
+        elif isinstance(msg, SendPersisted):
+            ep.on_persisted(msg.persisted)
         elif isinstance(msg, SendDeltaRequest):
             self.send_batch(node_id, ep.answer_request(msg.session_id, msg.have))
         elif isinstance(msg, SendReconcileRequest):
@@ -223,13 +242,21 @@ class Sim:
     def tick(self, dt: float = 0.1) -> None:
         self.now += dt
         self.run_hub(Tick(self.now))
+        writes, self.writes = self.writes, []
+        for cmd in writes:  # the shell's writer: each write succeeds or fails
+            if self.store_rng.random() < self.write_fail_rate:
+                self.run_hub(PersistFailed(cmd.doc_id, self.now))
+                continue
+            held = self.store.get(cmd.doc_id, VectorClock())
+            self.store[cmd.doc_id] = held.merge(cmd.state_vector)  # merged on write
+            self.run_hub(DocumentPersisted(cmd.doc_id, self.store[cmd.doc_id], self.now))
 
 
 def make_sim(seed: int, n_nodes: int = 4) -> Sim:
     rng = random.Random(seed)
     hub = DocumentHub(HubSettings(persist_debounce_s=0.2, retry_s=0.5, session_timeout_s=1e9))
     nodes = {f"n{i}": ReplicaEndpoint(f"n{i}~r", max_ops=8) for i in range(n_nodes)}
-    sim = Sim(rng, hub, nodes, {n: True for n in nodes})
+    sim = Sim(rng, hub, nodes, {n: True for n in nodes}, store_rng=random.Random(-seed - 1))
     for node_id in nodes:
         sim.heal(node_id)
     return sim
@@ -254,6 +281,7 @@ def run(seed: int, steps: int = 600) -> Sim:
             sim.heal(node_id)
         else:
             sim.tick()
+    sim.write_fail_rate = 0.0
     for node_id in ids:  # liveness phase: heal, flush, deliver everything
         if not sim.up[node_id]:
             sim.heal(node_id)
@@ -266,6 +294,12 @@ def run(seed: int, steps: int = 600) -> Sim:
         if not sim.to_hub and not sim.to_node and not sim.hub.stats().sessions_open:
             break
     sim.tick(1.0)
+    for _ in range(2):  # the last write, then the Tick that tells it
+        while sim.deliver_one(faults=False):
+            pass
+        sim.tick(1.0)
+    while sim.deliver_one(faults=False):
+        pass
     return sim
 
 
@@ -305,6 +339,9 @@ def check(sim: Sim, seed: int) -> None:
 def test_random_ops_partitions_and_heals_converge_to_the_ground_truth(seed: int) -> None:
     sim = run(seed)
     check(sim, seed)
+    for node_id, ep in sorted(sim.nodes.items()):  # every node heard the store holds it all
+        for doc_id in sorted(ep.docs):
+            assert ep.persisted(doc_id), f"seed={seed}: {node_id} {doc_id} not told persisted"
     assert all(c.converged for c in sim.completed[-len(sim.nodes) :] if c.trigger)
 
 

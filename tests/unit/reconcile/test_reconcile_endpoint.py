@@ -56,3 +56,28 @@ def test_drop_forgets_the_replica_and_its_queued_deltas() -> None:
     assert batch is not None
     assert [dd.doc_id for dd in batch.deltas] == ["e"]
     assert [s.doc_id for s in ep.interest()] == ["e"]
+
+
+def test_a_replica_is_persisted_only_once_the_store_holds_every_operation() -> None:
+    ep = ReplicaEndpoint("a~1")
+    ep.open("task/t1", "g-counter")
+    assert ep.persisted("task/t1")  # nothing in it
+    delta = ep.apply("task/t1", Increment(2))
+    ep.on_ack(999, [DocState("task/t1", "g-counter", delta.state_vector)])
+    assert ep.shipped("task/t1")
+    assert not ep.persisted("task/t1")  # merged in the leader's memory only
+    ep.on_persisted([DocState("task/t1", "g-counter", VectorClock())])
+    assert not ep.persisted("task/t1")
+    ep.on_persisted([DocState("task/t1", "g-counter", delta.state_vector)])
+    assert ep.persisted("task/t1")
+    ep.apply("task/t1", Increment(1))
+    assert not ep.persisted("task/t1")  # a newer local operation
+    ep.on_persisted([DocState("task/t1", "g-counter", VectorClock({"a~1": 2}))])
+    assert ep.persisted("task/t1")
+    ep.clear_confirmed()  # the Session ended: told again in the next one
+    assert not ep.persisted("task/t1")
+    ep.on_persisted([DocState("task/t1", "g-counter", VectorClock({"a~1": 2}))])
+    ep.interest()
+    assert not ep.persisted("task/t1")
+    ep.on_persisted([DocState("nope", "g-counter", VectorClock({"a~1": 2}))])
+    assert "nope" not in ep._persisted  # only held documents are remembered

@@ -245,6 +245,9 @@ class NodeAgent:
         """Shared CRDT documents (``node_agent.shared``), open after ``start``."""
         self._services: list[asyncio.Task[None]] = []
         self._stopping = False
+        self._failure: str | None = None  # why the agent stopped itself (``_fail``)
+        self._failed = asyncio.Event()  # set once that stop has completed
+        self._stopper: asyncio.Task[None] | None = None
         self._sessions = 0
         self._mono0 = time.monotonic()
         self.fence_log: list[dict[str, Any]] = []
@@ -330,11 +333,14 @@ class NodeAgent:
             s.app,
             ", ".join(self.app.kinds),
         )
-        self._tasks += [  # after the lineage reports restore() may have spawned
+        loops = [  # after the lineage reports restore() may have spawned
             asyncio.create_task(self._session_loop(), name="agent-session"),
             asyncio.create_task(self._tick_loop(), name="agent-tick"),
             asyncio.create_task(self._redis_generation_loop(), name="agent-redis-generation"),
         ]
+        for loop in loops:
+            loop.add_done_callback(self._supervise)
+        self._tasks += loops
         self._spawn(asyncio.to_thread(self._runner.prestart_workers))  # isolation="process"
         shared = self.shared
         for spec in self.app.services:
@@ -404,6 +410,79 @@ class NodeAgent:
     def stopping(self) -> bool:
         """True once ``stop`` began."""
         return self._stopping
+
+    @property
+    def failure(self) -> str | None:
+        """Why the agent stopped itself (a loop or a directive failed), or None."""
+        return self._failure
+
+    async def failed(self) -> str:
+        """Wait until the agent has stopped itself because a part of it failed.
+
+        Returns:
+            The reason (``failure``), once the stop it began has completed;
+            the process should then exit non-zero, so it is restarted.
+        """
+        await self._failed.wait()
+        assert self._failure is not None
+        return self._failure
+
+    def _supervise(self, loop: asyncio.Task[None]) -> None:
+        """Done-callback of the agent's long-lived loops: any end outside ``stop`` is fatal.
+
+        A process whose tick loop died sends no heartbeats and never self-fences
+        while its handlers run on; one whose session loop died never dials
+        again; one whose generation loop died misses Redis's data loss. None of
+        them may stay up: the agent stops (``_fail``) and ``node_agent.main``
+        exits 1, so Kubernetes restarts it.
+        """
+        if self._stopping or self._failure is not None:
+            return  # stop() ended it, or the agent is stopping for another failure
+        name = loop.get_name()
+        exc: BaseException | None = None
+        if loop.cancelled():
+            how = "was cancelled"
+        else:
+            exc = loop.exception()
+            how = "failed" if exc is not None else "returned"
+        self.metrics.loop_failures.labels(loop=name).inc()
+        _log.error(
+            "agent loop %s %s unexpectedly; stopping the agent (exit 1, to be restarted)",
+            name,
+            how,
+            exc_info=exc,
+        )
+        self._fail(f"loop {name} {how}: {exc!r}" if exc is not None else f"loop {name} {how}")
+
+    def _fail(self, reason: str) -> None:
+        """Stop the agent because a part of it failed (``failure`` says why).
+
+        The stop is ``stop``'s: every running task is paused with its records
+        flushed, then the handlers are cancelled and everything closed. The
+        pauses are given only until the core would fence (``fence_lead_s``
+        before the fence deadline; never longer than ``stop``'s default): after
+        a dead tick loop nothing else fences, and the leader moves the tasks
+        once it holds the node dead. No Goodbye: this
+        process's view of its tasks may be wrong (a directive half applied), so
+        the leader judges it by the heartbeats it stops getting, never by a
+        "released all" it cannot check.
+        """
+        if self._stopping or self._failure is not None:
+            return
+        self._failure = reason
+        timeout_s = 10.0
+        deadline = self.core.fence_deadline()
+        if deadline is not None:
+            timeout_s = max(0.0, min(timeout_s, deadline - self.core.fence_lead_s - self._now()))
+        self._stopper = asyncio.create_task(self._stop_failed(timeout_s), name="agent-fail-stop")
+
+    async def _stop_failed(self, timeout_s: float) -> None:
+        try:
+            await self.stop(goodbye=False, timeout_s=timeout_s)
+        except Exception:
+            _log.exception("stopping the failed agent failed too")
+        finally:
+            self._failed.set()
 
     @property
     def redirect_pending(self) -> bool:
@@ -479,8 +558,8 @@ class NodeAgent:
             target = choice.address
             self._retry_after_s = 0.0
             end = await self._one_session(target)
-            if self.stopping:
-                return
+            if self.stopping or self._failure is not None:
+                return  # stop(), begun by a signal or by _fail, ends the agent
             pause = plan.ended(target, self._now(), end)
             if pause is None:  # a failed dial: back off by the failures since a Welcome
                 pause = float(wait(_Attempt(plan.failures + 1)))  # type: ignore[arg-type]
@@ -561,10 +640,21 @@ class NodeAgent:
                         # clock (the self-fence) or a silent peer must end it too.
                         read = asyncio.ensure_future(call.read())
                         done, _ = await asyncio.wait(
-                            {read, closer},
+                            {read, closer, processor},
                             timeout=self.settings.rpc_timeout_s,
                             return_when=asyncio.FIRST_COMPLETED,
                         )
+                        if processor in done:
+                            # The directives it failed on, and every later one,
+                            # were never applied: a Session that only acks
+                            # heartbeats would leave Assigns unstarted and
+                            # Revokes unobeyed. End it as any lost Session ends
+                            # (the fence deadline runs; a Welcome re-syncs).
+                            read.cancel()
+                            reason = "the directive processor failed"
+                            if not processor.cancelled() and processor.exception() is not None:
+                                reason = f"{reason}: {processor.exception()!r}"
+                            break
                         if read not in done:
                             read.cancel()
                             if closer in done:
@@ -686,8 +776,32 @@ class NodeAgent:
             while not inbox.empty() and len(batch) < DIRECTIVE_BATCH:
                 batch.append(inbox.get_nowait())
             async with self._lock:
-                msgs = [convert.coordinator_message_from_pb(m) for m in batch]
-                await self._execute(self.core.on_messages(msgs, self._now(), self._wall_ms()))
+                try:
+                    msgs = [convert.coordinator_message_from_pb(m) for m in batch]
+                except Exception:
+                    # Nothing of the batch reached the core: ending the Session
+                    # (the caller does, on this task's end) loses no state.
+                    self.metrics.directive_failures.inc()
+                    _log.exception("directive(s) %s unreadable; ending the session", _kinds(batch))
+                    raise
+                try:
+                    await self._execute(self.core.on_messages(msgs, self._now(), self._wall_ms()))
+                except Exception as exc:
+                    # The core stepped past these directives but its commands did
+                    # not all run (a meta not written, a StopTask of a Revoke not
+                    # carried out): its view and the runner's differ, and neither
+                    # a new Session nor the fence (which stops only RUNNING slots)
+                    # repairs that. Only a restart from the store does: the
+                    # agent stops and exits non-zero. A StoreIOError (a full
+                    # disk) would recur on every reconnect anyway.
+                    self.metrics.directive_failures.inc()
+                    _log.exception(
+                        "applying directive(s) %s failed; ending the session and stopping "
+                        "the agent (exit 1, to be restarted)",
+                        _kinds(batch),
+                    )
+                    self._fail(f"applying directive(s) {_kinds(batch)} failed: {exc!r}")
+                    raise
 
     async def _write_loop(self, call: Any, queue: asyncio.Queue[agent_pb2.AgentMessage]) -> None:
         while True:
@@ -1040,7 +1154,7 @@ class NodeAgent:
         with contextlib.suppress(ValueError):
             self._tasks.remove(task)
         if not task.cancelled() and task.exception() is not None:
-            _log.error("background step failed: %r", task.exception())
+            _log.error("background step failed: %r", task.exception(), exc_info=task.exception())
 
     # ------------------------------------------- Reporter (from the runner)
 
@@ -1150,6 +1264,15 @@ class NodeAgent:
     async def lineage_kept(self, task_id: str, lineage_task_id: str) -> None:
         async with self._lock:
             await self._execute(self.core.lineage_copy_kept(task_id, lineage_task_id))
+
+
+def _kinds(batch: list[agent_pb2.CoordinatorMessage]) -> str:
+    """The bodies of a batch of leader messages, for a log line: ``assign x3, revoke``."""
+    counts: dict[str, int] = {}
+    for msg in batch:
+        body = msg.WhichOneof("body") or "empty"
+        counts[body] = counts.get(body, 0) + 1
+    return ", ".join(f"{k} x{n}" if n > 1 else k for k, n in counts.items())
 
 
 def _log_service_end(task: asyncio.Task[None]) -> None:

@@ -3,7 +3,11 @@
 On SIGTERM or SIGINT the agent pauses its tasks, flushes them to Redis, says
 Goodbye (so the leader moves them at once) and exits 0. A failure to start
 (the data directory locked by another agent, a bad ``--app``, metrics port
-taken) exits 1 with the reason logged.
+taken) exits 1 with the reason logged. So does an agent that stopped itself
+because a part of it failed (a loop such as the heartbeat tick ended, or a
+directive could not be applied: ``NodeAgent.failed``): its tasks are paused
+and it exits 1, so Kubernetes restarts it; a process never runs tasks on with
+a dead tick loop.
 """
 
 from __future__ import annotations
@@ -25,7 +29,8 @@ def run_node_agent(settings: AgentSettings) -> int:
     """Run the agent until SIGTERM or SIGINT.
 
     Returns:
-        The exit status: 0 after a signal, 1 when the agent could not start.
+        The exit status: 0 after a signal, 1 when the agent could not start or
+        stopped itself because a part of it failed.
     """
     return asyncio.run(_main(settings))
 
@@ -54,7 +59,15 @@ async def _main(settings: AgentSettings) -> int:
         _log.error("cannot start: %s", exc)
         await agent.stop(goodbye=False)
         return 1
-    await stop.wait()
-    _log.info("signal received: pausing tasks, flushing to Redis, saying Goodbye")
-    await agent.stop()
-    return 0
+    signalled = asyncio.ensure_future(stop.wait())
+    failed = asyncio.ensure_future(agent.failed())
+    await asyncio.wait({signalled, failed}, return_when=asyncio.FIRST_COMPLETED)
+    if agent.failure is None:  # the signal (once stop() began, no failure is taken)
+        failed.cancel()
+        _log.info("signal received: pausing tasks, flushing to Redis, saying Goodbye")
+        await agent.stop()
+        return 0
+    signalled.cancel()
+    reason = await failed  # the agent's own stop has completed
+    _log.error("node agent failed (%s): stopped, exiting 1", reason)
+    return 1

@@ -20,6 +20,12 @@ Series (base units; counters end in ``_total``):
 - ``lazarus_agent_session_reconnects_total``: Sessions opened after the first;
 - ``lazarus_agent_session_refusals_total``: Hellos the leader refused with
   FAILED_PRECONDITION (another live process holds this node id);
+- ``lazarus_agent_directive_failures_total``: batches of leader directives the
+  agent failed to apply; each ends the Session, and one the core had stepped
+  past (a meta write failed) stops the agent, which exits 1;
+- ``lazarus_agent_loop_failures_total{loop}``: the agent's long-lived loops
+  (``agent-session``, ``agent-tick``, ``agent-redis-generation``) that failed
+  or ended outside a stop; each stops the agent, which exits 1;
 - ``lazarus_agent_dials_held_off_total``: coordinator addresses skipped when
   dialling because they were unreachable within the hold-off
   (``node_agent.core.dial``);
@@ -189,6 +195,19 @@ class AgentMetrics:
         self.session_refusals = Counter(
             "lazarus_agent_session_refusals",
             "Hellos refused with FAILED_PRECONDITION (another live process holds the node id).",
+            registry=r,
+        )
+        self.directive_failures = Counter(
+            "lazarus_agent_directive_failures",
+            "Batches of leader directives the agent failed to apply; each ends the Session "
+            "(and, if the core had stepped past them, stops the agent).",
+            registry=r,
+        )
+        self.loop_failures = Counter(
+            "lazarus_agent_loop_failures",
+            "Long-lived agent loops (session, tick, Redis generation) that ended outside a "
+            "stop; each stops the agent (exit 1).",
+            ["loop"],
             registry=r,
         )
         self.dials_held_off = Counter(

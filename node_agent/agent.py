@@ -314,6 +314,7 @@ class NodeAgent:
                 s.redis_url, s.redis_password, s.redis_ca_file, replica.prefix
             ),
             progress_report_interval_s=s.progress_report_interval_s,
+            keep_checkpoints=s.keep_checkpoints,
         )
         # Checkpoints the worker processes of an earlier run of this agent
         # committed (and acknowledged) go into the store before anyone reads it.

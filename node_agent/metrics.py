@@ -156,6 +156,13 @@ class AgentMetrics:
             "agent shipped them; a worker then leaves its writes to the agent for 5 s.",
             registry=r,
         )
+        self.checkpoints_pruned = Counter(
+            "lazarus_agent_checkpoints_pruned",
+            "Checkpoints of running tasks deleted from the local store to keep each task's "
+            "history to --keep-checkpoints (the newest, terminal ones and any Redis may lack "
+            "always stay).",
+            registry=r,
+        )
         self.checkpoint_bytes = Histogram(
             "lazarus_agent_checkpoint_bytes",
             "Encoded checkpoint state size.",

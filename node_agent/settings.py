@@ -17,6 +17,7 @@ from node_agent.core.core import (
     DEFAULT_LOCAL_PROGRESS_REPORT_INTERVAL_S,
     DEFAULT_PROGRESS_REPORT_INTERVAL_S,
 )
+from node_agent.core.history import DEFAULT_KEEP_CHECKPOINTS
 from node_agent.isolation import DEFAULT_WORKER_NICE
 from node_agent.replication import DEFAULT_REPLICATION_LINGER_S
 from node_agent.sdk import DurabilityName, IsolationName
@@ -103,6 +104,10 @@ class AgentSettings:
             for ``replicated`` tasks, whose reports are the evidence that detects
             Redis losing acknowledged data.
         local_progress_report_interval_s: the same for ``local``-durability tasks.
+        keep_checkpoints: about how many checkpoints the local store keeps of a task
+            running here (>= 0; 0 = all): older ones are pruned once it holds a tenth
+            more, but never the newest, a terminal one or one Redis may lack
+            (``node_agent.core.history``).
         reconnect_max_backoff_s: cap of the jittered reconnect backoff.
         rpc_timeout_s: bound on connecting and on each unary call.
         tls: how to dial coordinators: the cluster CA, this node's certificate
@@ -131,6 +136,7 @@ class AgentSettings:
     fence_lead_s: float = 0.5
     progress_report_interval_s: float = DEFAULT_PROGRESS_REPORT_INTERVAL_S
     local_progress_report_interval_s: float = DEFAULT_LOCAL_PROGRESS_REPORT_INTERVAL_S
+    keep_checkpoints: int = DEFAULT_KEEP_CHECKPOINTS
     reconnect_max_backoff_s: float = 2.0
     rpc_timeout_s: float = 5.0
     tls: ClientTls = field(default_factory=ClientTls)
@@ -179,5 +185,9 @@ class AgentSettings:
         ):
             if not 0 < value <= 3600:
                 raise SettingsError(f"{flag}: must be in (0, 3600], got {value}")
+        if self.keep_checkpoints < 0:
+            raise SettingsError(
+                f"--keep-checkpoints: must be >= 0 (0 keeps all), got {self.keep_checkpoints}"
+            )
         if not self.redis_url.startswith(("redis://", "rediss://", "unix://")):
             raise SettingsError(f"--redis-url: {self.redis_url!r} is not redis://host:port/db")

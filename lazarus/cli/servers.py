@@ -643,6 +643,17 @@ def node_agent_command(
             "nothing of Redis): fewer etcd writes and less CPU per checkpoint.",
         ),
     ] = 5.0,
+    keep_checkpoints: Annotated[
+        int,
+        typer.Option(
+            envvar="LAZARUS_KEEP_CHECKPOINTS",
+            min=0,
+            help="Checkpoints the local store keeps of each task running here, about: "
+            "older ones are pruned (with the journal they cover) once a task holds a "
+            "tenth more. The newest, a terminal one and any Redis may lack always stay. "
+            "0 keeps them all until the task ends.",
+        ),
+    ] = 10_000,
     tls_ca_file: TlsCaOption = "",
     tls_cert_file: TlsCertOption = "",
     tls_key_file: TlsKeyOption = "",
@@ -697,6 +708,7 @@ def node_agent_command(
             fence_lead_s=fence_lead_s,
             progress_report_interval_s=progress_report_interval_s,
             local_progress_report_interval_s=local_progress_report_interval_s,
+            keep_checkpoints=keep_checkpoints,
             tls=ClientTls(tls_ca_file, tls_cert_file, tls_key_file, tls_server_name),
         )
     except (SettingsError, ValueError) as exc:

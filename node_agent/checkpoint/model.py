@@ -209,11 +209,18 @@ class PrunePolicy:
         preserve_latest_terminal: keep the newest terminal checkpoint whatever it covers.
         compact_journal: also delete journal events that no retained checkpoint
             needs for recovery (seq <= the smallest covers_journal_seq retained).
+        prune_seq_before: also delete the checkpoints covering exactly
+            ``prune_covered_before`` whose seq is below this (>= 0; 0 = none). The
+            cutoff is then the pair ``(prune_covered_before, prune_seq_before)`` in
+            the order recovery ranks checkpoints (covers_journal_seq, then seq):
+            the only way to thin the history of a task whose checkpoints all cover
+            the same journal seq (one that never appends an event covers 0 each time).
     """
 
     prune_covered_before: int
     preserve_latest_terminal: bool = True
     compact_journal: bool = False
+    prune_seq_before: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -1671,6 +1671,7 @@ class CheckpointStore:
         if not isinstance(policy, PrunePolicy):
             raise InvalidArgument("policy", f"must be a PrunePolicy, got {type(policy).__name__}")
         cutoff = validate_seq(policy.prune_covered_before, "prune_covered_before")
+        seq_cutoff = validate_seq(policy.prune_seq_before, "prune_seq_before")
 
         def op(conn: sqlite3.Connection, heads: _Heads) -> PruneReport:
             heads.flush(conn)
@@ -1685,9 +1686,15 @@ class CheckpointStore:
                 if terminals:
                     keep_seq = max(terminals)[1]
                     preserved = make_ref(task_id, keep_seq)
-            doomed = [(i, c, q) for i, q, c, _ in rows if c < cutoff and q != keep_seq]
+            doomed = [
+                (i, c, q) for i, q, c, _ in rows if (c, q) < (cutoff, seq_cutoff) and q != keep_seq
+            ]
             _delete_checkpoints(conn, task_id, doomed)
-            kept = [int(c) for _, q, c, _ in rows if not (c < cutoff and q != keep_seq)]
+            kept = [
+                int(c)
+                for _, q, c, _ in rows
+                if not ((c, q) < (cutoff, seq_cutoff) and q != keep_seq)
+            ]
             compacted = 0
             if policy.compact_journal and kept:
                 compacted = conn.execute(
@@ -2140,6 +2147,12 @@ class CheckpointStore:
 
     def prune(self, task_id: str, policy: PrunePolicy) -> PruneReport:
         """Delete the task's checkpoints that cover less than the policy's cutoff.
+
+        With ``policy.prune_seq_before`` those covering exactly the cutoff with a
+        lower seq go too: the cutoff is ``(covers_journal_seq, seq)``.
+
+        Returns:
+            What was deleted and kept (``PruneReport``).
 
         Raises:
             InvalidArgument: malformed task id or policy (INVALID_ARGUMENT).

@@ -8,7 +8,9 @@
   resuming would lose acknowledged work;
 - ``redisloss``: the rules for a Redis that lost data;
 - ``spooled``: which spooled checkpoints the agent still ships to Redis when
-  worker processes write them there themselves.
+  worker processes write them there themselves;
+- ``history``: when and how far the local store's history of a running task is
+  pruned (``--keep-checkpoints``).
 
 Nothing here reads a clock, a socket, a file or a random source; the shared
 purity test (``tests/unit/test_core_purity.py``) checks every module.

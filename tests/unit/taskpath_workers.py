@@ -20,3 +20,13 @@ def report_pid_then_spin(ctx: Any) -> None:
     ctx.checkpoint({"pid": os.getpid()})
     while True:
         time.sleep(0.01)
+
+
+def many_steps(ctx: Any) -> dict[str, Any]:
+    """``payload["steps"]`` checkpoints, a journal event after every ``record_every``-th."""
+    steps, every = ctx.payload["steps"], ctx.payload["record_every"]
+    for i in range(1, steps + 1):
+        ctx.checkpoint({"step": i})
+        if i % every == 0:
+            ctx.record({"i": i})
+    return {"steps": steps}

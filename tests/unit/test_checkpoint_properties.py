@@ -147,16 +147,23 @@ class StoreMachine(RuleBasedStateMachine):
         cutoff=st.integers(0, 12),
         preserve=st.booleans(),
         compact=st.booleans(),
+        seq_cutoff=st.integers(0, 12),
     )
-    def prune(self, task_id: str, cutoff: int, preserve: bool, compact: bool) -> None:
+    def prune(
+        self, task_id: str, cutoff: int, preserve: bool, compact: bool, seq_cutoff: int
+    ) -> None:
         t = self.task(task_id)
-        report = self.s.prune(task_id, PrunePolicy(cutoff, preserve, compact))
+        report = self.s.prune(task_id, PrunePolicy(cutoff, preserve, compact, seq_cutoff))
         keep = None
         if preserve:
             terminals = [c for c in t.ordered() if c.terminal]
             keep = terminals[-1].seq if terminals else None
         before = len(t.checkpoints)
-        t.checkpoints = {s: c for s, c in t.checkpoints.items() if c.covers >= cutoff or s == keep}
+        t.checkpoints = {
+            s: c
+            for s, c in t.checkpoints.items()
+            if (c.covers, s) >= (cutoff, seq_cutoff) or s == keep
+        }
         assert report.pruned_count == before - len(t.checkpoints)
         assert report.retained_count == len(t.checkpoints)
         assert report.preserved_terminal_ref == (None if keep is None else f"{task_id}@{keep}")

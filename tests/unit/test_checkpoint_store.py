@@ -290,6 +290,29 @@ def test_prune_keeps_latest_terminal_and_compacts_journal(store: CheckpointStore
     )
 
 
+def test_prune_seq_before_thins_checkpoints_that_cover_the_same_seq(
+    store: CheckpointStore,
+) -> None:
+    # a task that never appends covers 0 every time: only the seq tells them apart
+    for i in range(6):
+        store.save(_cp("t", 1, f"s{i}"))
+    assert store.prune("t", PrunePolicy(prune_covered_before=0)).pruned_count == 0
+    report = store.prune("t", PrunePolicy(prune_covered_before=0, prune_seq_before=4))
+    assert (report.pruned_count, report.retained_count) == (3, 3)
+    assert [i.ref for i in store.list("t")] == ["t@4", "t@5", "t@6"]
+    latest = store.load_latest("t")
+    assert latest is not None
+    assert latest.ref == "t@6"
+    # the pair is the cutoff: a lower covers goes whatever its seq, a higher one stays
+    store.append("t", b"e", epoch=1)
+    store.save(_cp("t", 1, "s7", covers=1))
+    report = store.prune("t", PrunePolicy(prune_covered_before=1, prune_seq_before=7))
+    assert report.pruned_count == 3
+    assert [i.ref for i in store.list("t")] == ["t@7"]
+    with pytest.raises(InvalidArgument, match="prune_seq_before"):
+        store.prune("t", PrunePolicy(prune_covered_before=0, prune_seq_before=-1))
+
+
 def test_fork_applies_edits_and_records_lineage(store: CheckpointStore) -> None:
     store.append("t", b"e", epoch=5)
     store.save(_cp("t", 5, {"a": 1, "b": [1, 2]}, covers=1))

@@ -35,7 +35,9 @@ A :class:`Leadership` is lost at the first of:
   expired the lease → ``KEY_DELETED``;
 * a keepalive answers that the lease no longer exists → ``LEASE_EXPIRED``;
 * no keepalive succeeded before the lease could have expired →
-  ``LEASE_DEADLINE_PASSED`` (connection loss, below);
+  ``LEASE_DEADLINE_PASSED`` (connection loss, below; also when the keepalive
+  thread cannot make or connect its own client in that time);
+* the keepalive thread ended on an unexpected error → ``KEEPALIVE_STOPPED``;
 * a compare on the term failed (``proclaim``, or a fenced write reported by the
   caller through :meth:`Leadership.report_fence_rejected`) → ``FENCE_REJECTED``;
 * ``resign()`` or ``close()`` → ``RESIGNED``.
@@ -53,7 +55,12 @@ passes before etcd's own expiry: a leader cut off from etcd reports
 ``LEASE_DEADLINE_PASSED`` before etcd can delete its key and let another
 campaigner lead (etcd also renews every lease when its own raft leader
 changes, which only moves its expiry later). Until the deadline a failed or
-hung keepalive is retried every :data:`RETRY_INTERVAL_S`. Watches (our key,
+hung keepalive is retried every :data:`RETRY_INTERVAL_S`, and so is the
+keepalive thread's setup of its own client (``client_factory()`` and
+``connect()``: an unreadable TLS file, an auth call timing out in an etcd
+flap) and a keepalive loop that failed. The session also holds a timer on the
+caller's event loop at the lease deadline, a backstop that reports
+``LEASE_DEADLINE_PASSED`` even when the keepalive itself is stuck. Watches (our key,
 ``observe``, the predecessor wait) start again from a fresh read after any
 stream error or compaction. A
 campaign still waiting when its session is lost raises :class:`LeadershipLost`;
@@ -167,6 +174,8 @@ class LossReason(enum.Enum):
     """We resigned or closed the election."""
     LOOP_LAGGED = "loop_lagged"
     """The event loop lagged past the lag guard's bound: the lease was revoked (resigned)."""
+    KEEPALIVE_STOPPED = "keepalive_stopped"
+    """The keepalive thread ended on an unexpected error: nothing renews the lease any more."""
 
 
 class ElectionError(Exception):
@@ -372,6 +381,8 @@ class _Session:
         self._closed = False
         self._thread: _KeepaliveThreadRun | None = None
         self._task: asyncio.Task[None] | None = None
+        self._deadline_timer: asyncio.TimerHandle | None = None
+        self._check_deadline()
         if keepalive is None:
             self._task = asyncio.create_task(self._keepalive(), name=f"etcd-keepalive-{lease_id:x}")
         else:
@@ -436,11 +447,34 @@ class _Session:
             self._deadline_s = safe_lease_deadline(sent_s, granted_ttl_s, LEASE_CLOCK_DRIFT)
             await asyncio.sleep(interval_s)
 
+    def _check_deadline(self) -> None:
+        """Lose the session once its lease deadline passed; else look again at the deadline.
+
+        A backstop on the caller's loop: the keepalive reports the deadline
+        itself, but a keepalive that is stuck or gone (a thread hung in its
+        client's setup) must not leave the session alive past it. The
+        keepalive moves ``_deadline_s`` later; each firing re-arms at the
+        current one, so this costs one timer per lease TTL.
+        """
+        self._deadline_timer = None
+        if not self.alive:
+            return
+        remaining_s = self._deadline_s - time.monotonic()
+        if remaining_s <= 0:
+            self._lose(LossReason.LEASE_DEADLINE_PASSED)
+            return
+        self._deadline_timer = asyncio.get_running_loop().call_later(
+            remaining_s, self._check_deadline
+        )
+
     def _lose(self, reason: LossReason) -> None:
         if self.lost_reason is not None or self._closed:
             return
         self.lost_reason = reason
         self.lost_event.set()
+        if self._deadline_timer is not None:
+            self._deadline_timer.cancel()
+            self._deadline_timer = None
         _log.warning("lease %x lost: %s", self.lease_id, reason.value)
         self._on_lost(reason)
 
@@ -451,6 +485,9 @@ class _Session:
         """
         was_lost = self.lost_reason is not None
         self._closed = True
+        if self._deadline_timer is not None:
+            self._deadline_timer.cancel()
+            self._deadline_timer = None
         if not was_lost:
             self.lost_reason = LossReason.RESIGNED
             self.lost_event.set()
@@ -523,25 +560,82 @@ class _KeepaliveThreadRun:
     def _run(self) -> None:
         try:
             asyncio.run(self._main())
-        except Exception as exc:  # never silently: the lease then runs out
+        except Exception as exc:
             _log.error("lease %x keepalive thread failed: %r", self._session.lease_id, exc)
+        finally:
+            if not self._stopping.is_set():
+                # However the thread ends, nothing renews the lease after it:
+                # say so. A loss the thread reported before wins (first report).
+                self._report(LossReason.KEEPALIVE_STOPPED)
 
     async def _main(self) -> None:
-        client = self._spec.client_factory()
-        await client.connect()
+        """Keep the lease alive until stopped or lost, setting up the client again as needed.
+
+        Making or connecting the client (``client_factory()``, ``connect()``:
+        an unreadable TLS file, an auth call timing out while etcd flaps) and
+        a keepalive loop that raised are retried like a failed keepalive:
+        every :data:`RETRY_INTERVAL_S` until the lease deadline, which then
+        is reported (``LEASE_DEADLINE_PASSED``).
+        """
+        session = self._session
+        failures = 0
+        while not self._stopping.is_set():
+            remaining_s = session._deadline_s - time.monotonic()
+            if remaining_s <= 0:
+                self._report(LossReason.LEASE_DEADLINE_PASSED)
+                return
+            client: aetcd.Client | None = None
+            try:
+                client = self._spec.client_factory()
+                async with asyncio.timeout(remaining_s):
+                    await client.connect()
+                failures = 0
+                if await self._serve(client):
+                    return
+            except Exception as exc:
+                failures += 1
+                if failures == 1:
+                    _log.warning(
+                        "lease %x keepalive thread cannot set up its etcd client (%r); "
+                        "retrying until the lease deadline in %.2f s",
+                        session.lease_id,
+                        exc,
+                        session._deadline_s - time.monotonic(),
+                    )
+            finally:
+                if client is not None:
+                    with contextlib.suppress(Exception):
+                        await client.close()
+            pause_s = min(RETRY_INTERVAL_S, session._deadline_s - time.monotonic())
+            await asyncio.sleep(max(0.0, pause_s))
+
+    async def _serve(self, client: aetcd.Client) -> bool:
+        """Run the keepalive and lag loops on ``client``.
+
+        Returns:
+            True once stopped or a loop reported the session lost; False when
+            a loop raised (logged), so the caller sets a client up again.
+        """
+        jobs = [
+            asyncio.create_task(self._keepalive(client)),
+            asyncio.create_task(self._watch_lag(client)),
+        ]
         try:
-            jobs = [
-                asyncio.create_task(self._keepalive(client)),
-                asyncio.create_task(self._watch_lag(client)),
-            ]
             while not self._stopping.is_set() and not any(j.done() for j in jobs):
                 await asyncio.sleep(LAG_SAMPLE_INTERVAL_S / 2)
+        finally:
             for job in jobs:
                 job.cancel()
-            await asyncio.gather(*jobs, return_exceptions=True)
-        finally:
-            with contextlib.suppress(Exception):
-                await client.close()
+            results = await asyncio.gather(*jobs, return_exceptions=True)
+        failed = [r for r in results if isinstance(r, Exception)]
+        if failed and not self._stopping.is_set():
+            _log.error(
+                "lease %x keepalive loop failed (%r); starting it again",
+                self._session.lease_id,
+                failed[0],
+            )
+            return False
+        return True
 
     def _report(self, reason: LossReason) -> None:
         with contextlib.suppress(RuntimeError):  # the main loop is closed: nobody to tell

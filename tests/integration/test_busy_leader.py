@@ -96,3 +96,44 @@ async def test_loop_lag_past_the_bound_resigns(etcd: EtcdServer) -> None:
     finally:
         await election.close()
         await client.close()
+
+
+async def test_keepalive_thread_without_a_client_gives_up_and_the_next_campaign_leads(
+    etcd: EtcdServer,
+) -> None:
+    """A keepalive thread that cannot set up its client (unreadable TLS file,
+    auth timing out) must end the leadership by the lease deadline; the next
+    campaign then runs on a new lease, which a working thread keeps alive."""
+    client = etcd_client_for(etcd.endpoint)
+    await client.connect()
+    prefix = _prefix()
+    failing = True
+
+    def factory() -> aetcd.Client:
+        if failing:
+            raise OSError("etcd CA file unreadable")
+        return etcd_client_for(etcd.endpoint)
+
+    election = Election(
+        client, prefix, ttl_s=TTL_S, keepalive=KeepaliveThread(factory, resign_after_lag_s=5.0)
+    )
+    try:
+        async with asyncio.timeout(30):
+            first = await election.campaign("leader")
+            won_at = time.monotonic()
+            reason = await first.lost()
+            lost_after_s = time.monotonic() - won_at
+            assert reason is LossReason.LEASE_DEADLINE_PASSED
+            assert lost_after_s < TTL_S, "given up before etcd can expire the lease"
+            assert election.lease_id is None
+
+            failing = False
+            second = await election.campaign("leader")
+            assert second.lease_id != first.lease_id, "a new lease, not the dead one"
+            await asyncio.sleep(TTL_S * 2)  # the working thread keeps it alive
+            assert not second.is_lost, second.reason
+            keys = await client.get_prefix((prefix + "/").encode())
+            assert [kv.key.decode() for kv in keys] == [second.key]
+    finally:
+        await election.close()
+        await client.close()

@@ -275,3 +275,42 @@ async def test_a_failure_running_a_steps_commands_ends_the_leadership() -> None:
     assert isinstance(runtime.failure, RuntimeError)
     with pytest.raises(RuntimeError, match="a bug in the shell"):
         await task  # the replica's loop ends: health NOT_SERVING, the probe restarts it
+
+
+async def test_a_hung_fork_seed_does_not_hold_the_leaders_steps() -> None:
+    """Before: ``SeedFork``'s Redis write ran under the step lock (as the archive did)."""
+    from coordinator.core.commands import SeedFork
+    from coordinator.core.events import ForkSeeded
+
+    runtime, _, _, task = await _leading_runtime()
+    answer = asyncio.Event()
+    seeded: list[str] = []
+
+    async def seeder(task_id: str, seed: bytes) -> Any:
+        seeded.append(task_id)
+        await answer.wait()
+        raise RuntimeError("Redis refused the seed")
+
+    runtime.fork_seeder = seeder
+    outcomes: list[ForkSeeded] = []
+    step = runtime.core.step
+
+    def spy(event: Any) -> Any:
+        if isinstance(event, ForkSeeded):
+            outcomes.append(event)
+        return step(event)
+
+    runtime.core.step = spy  # type: ignore[method-assign]
+    async with asyncio.timeout(1):
+        await runtime._run_locked([SeedFork(TERM, "f1", b"")])
+        channel = runtime.open_channel()
+        assert await runtime.feed(_hello(channel))  # steps go on while Redis hangs
+    assert seeded == ["f1"]
+    assert outcomes == []
+    answer.set()
+    async with asyncio.timeout(2):
+        while not outcomes:
+            await asyncio.sleep(0.001)
+    [outcome] = outcomes
+    assert (outcome.task_id, outcome.ok, outcome.reason) == ("f1", False, "Redis refused the seed")
+    await _stop(task)

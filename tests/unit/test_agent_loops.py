@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from agent_channel_fakes import FakeTls
 
 from lazarus.storage.errors import StoreIOError
 from lazarus.v1 import agent_pb2
@@ -60,37 +61,9 @@ class _ScriptedCall:
         return True
 
 
-class _Channel:
-    def __init__(self, tls: _Tls) -> None:
-        self.tls = tls
-
-    async def __aenter__(self) -> _Channel:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        return None
-
-    def stream_stream(self, *args: Any, **kwargs: Any) -> Any:
-        def open_call(*a: Any, **k: Any) -> _ScriptedCall:
-            call = _ScriptedCall(self.tls.script)
-            self.tls.calls.append(call)
-            return call
-
-        return open_call
-
-    def unary_unary(self, *args: Any, **kwargs: Any) -> Any:
-        return self.stream_stream()
-
-    unary_stream = stream_unary = unary_unary
-
-
-class _Tls:
-    def __init__(self, script: list[agent_pb2.CoordinatorMessage] | None = None) -> None:
-        self.script = script or []
-        self.calls: list[_ScriptedCall] = []
-
-    def aio_channel(self, target: str, options: Any = None) -> _Channel:
-        return _Channel(self)
+def _tls(script: list[agent_pb2.CoordinatorMessage] | None = None) -> FakeTls[_ScriptedCall]:
+    """Every Session call answers with ``script``, then stays silent."""
+    return FakeTls(lambda: _ScriptedCall(script or []))
 
 
 class _FullDiskAio:
@@ -105,7 +78,7 @@ class _FullDiskStore:
     aio = _FullDiskAio()
 
 
-def _settings(tmp_path: Path, tls: _Tls) -> AgentSettings:
+def _settings(tmp_path: Path, tls: FakeTls[_ScriptedCall]) -> AgentSettings:
     settings = AgentSettings(
         node_id="n1",
         coordinators=("c1:1",),
@@ -129,7 +102,7 @@ async def test_a_failed_directive_ends_the_session_and_stops_the_agent(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """put_meta fails (a full disk) while applying an Assign: logged, Session over, agent stops."""
-    tls = _Tls(_welcome_and_assign())
+    tls = _tls(_welcome_and_assign())
     agent = NodeAgent(_settings(tmp_path, tls), app=Agent())
     agent._store = _FullDiskStore()  # type: ignore[assignment]
     caplog.set_level(logging.ERROR, logger="lazarus.agent")
@@ -163,7 +136,7 @@ async def test_an_unreadable_directive_ends_the_session_only(
         raise ValueError("a field this build cannot read")
 
     monkeypatch.setattr(agent_module.convert, "coordinator_message_from_pb", unreadable)
-    tls = _Tls(_welcome_and_assign()[:1])
+    tls = _tls(_welcome_and_assign()[:1])
     agent = NodeAgent(_settings(tmp_path, tls), app=Agent())
     caplog.set_level(logging.ERROR, logger="lazarus.agent")
     async with asyncio.timeout(10):
@@ -183,7 +156,7 @@ async def test_an_unreadable_directive_ends_the_session_only(
 async def test_a_tick_loop_that_raises_stops_the_agent(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    tls = _Tls(_welcome_and_assign()[:1])
+    tls = _tls(_welcome_and_assign()[:1])
     agent = NodeAgent(_settings(tmp_path, tls), app=Agent())
     caplog.set_level(logging.ERROR, logger="lazarus.agent")
     await agent.start()
@@ -216,7 +189,7 @@ async def test_main_exits_1_when_a_loop_fails(
         raise RuntimeError("tick broke")
 
     monkeypatch.setattr(AgentCore, "tick", broken_tick)
-    settings = _settings(tmp_path, _Tls(_welcome_and_assign()[:1]))
+    settings = _settings(tmp_path, _tls(_welcome_and_assign()[:1]))
     async with asyncio.timeout(20):  # before: it waited for a signal forever
         code = await main_module._main(settings)
     assert code == 1

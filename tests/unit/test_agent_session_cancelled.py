@@ -16,6 +16,8 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
+from agent_channel_fakes import FakeTls
+
 from node_agent.agent import NodeAgent
 from node_agent.sdk import Agent
 from node_agent.settings import AgentSettings
@@ -39,45 +41,17 @@ class _CancelledCall:
         return True
 
 
-class _Channel:
-    def __init__(self, calls: list[_CancelledCall]) -> None:
-        self.calls = calls
-
-    async def __aenter__(self) -> _Channel:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        return None
-
-    def stream_stream(self, *args: Any, **kwargs: Any) -> Any:
-        def open_call(*a: Any, **k: Any) -> _CancelledCall:
-            call = _CancelledCall()
-            self.calls.append(call)
-            return call
-
-        return open_call
-
-    def unary_unary(self, *args: Any, **kwargs: Any) -> Any:
-        return self.stream_stream()
-
-    unary_stream = stream_unary = unary_unary
+def _tls() -> FakeTls[_CancelledCall]:
+    return FakeTls(_CancelledCall)
 
 
-class _Tls:
-    def __init__(self) -> None:
-        self.calls: list[_CancelledCall] = []
-
-    def aio_channel(self, target: str, options: Any = None) -> _Channel:
-        return _Channel(self.calls)
-
-
-def _agent(tmp_path: Path, tls: _Tls) -> NodeAgent:
+def _agent(tmp_path: Path, tls: FakeTls[_CancelledCall]) -> NodeAgent:
     settings = AgentSettings(node_id="n1", coordinators=("c1:1", "c2:1"), data_dir=tmp_path)
     return NodeAgent(dataclasses.replace(settings, tls=tls), app=Agent())  # type: ignore[arg-type]
 
 
 async def test_a_cancelled_call_ends_the_session_not_the_agent(tmp_path: Path) -> None:
-    tls = _Tls()
+    tls = _tls()
     agent = _agent(tmp_path, tls)
     async with asyncio.timeout(10):
         end = await agent._one_session("c1:1")  # returns: does not raise
@@ -87,7 +61,7 @@ async def test_a_cancelled_call_ends_the_session_not_the_agent(tmp_path: Path) -
 
 
 async def test_the_session_loop_dials_again_after_a_cancelled_call(tmp_path: Path) -> None:
-    tls = _Tls()
+    tls = _tls()
     agent = _agent(tmp_path, tls)
     loop = asyncio.create_task(agent._session_loop())
     try:

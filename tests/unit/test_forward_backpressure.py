@@ -20,13 +20,13 @@ from typing import Any
 
 import grpc
 import pytest
+from forward_support import serve_forward
 
 from coordinator import forwarding
 from coordinator.forwarding import (
     FEED_PAUSE_AT,
     FEED_RESUME_AT,
     FORWARD_METHOD,
-    REPLICA_SERVICE_NAME,
     _Link,
     _NullObserver,
     add_replica_service,
@@ -120,17 +120,7 @@ async def test_a_follower_ends_a_link_whose_leader_leaves_its_entries_unread(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(forwarding, "MAX_QUEUED_ENTRIES", 200)
-    server = grpc.aio.server()
-    method = grpc.stream_stream_rpc_method_handler(
-        _reads_nothing,
-        request_deserializer=replica_pb2.ForwardBatch.FromString,
-        response_serializer=replica_pb2.ForwardBatch.SerializeToString,
-    )
-    server.add_generic_rpc_handlers(
-        (grpc.method_handlers_generic_handler(REPLICA_SERVICE_NAME, {"Forward": method}),)
-    )
-    address = f"127.0.0.1:{server.add_insecure_port('127.0.0.1:0')}"
-    await server.start()
+    server, address = await serve_forward(_reads_nothing)
     channel = grpc.aio.insecure_channel(address)
     observer = _Observer()
     failed: list[_Link] = []

@@ -18,11 +18,11 @@ from typing import Any
 
 import grpc
 import pytest
+from forward_support import serve_forward
 
 from coordinator.core.relay import LinkChoice
 from coordinator.forwarding import (
     LINK_CONNECT_TIMEOUT_S,
-    REPLICA_SERVICE_NAME,
     SessionForwarder,
     _Link,
     _NullObserver,
@@ -56,18 +56,10 @@ async def _busy_then_refuses(
 
 
 async def _server(handler: str, runtime: _Runtime) -> tuple[grpc.aio.Server, str]:
+    if handler != "current":
+        return await serve_forward(_old_release if handler == "old" else _busy_then_refuses)
     server = grpc.aio.server()
-    if handler == "current":
-        add_replica_service(server, runtime, _never)  # type: ignore[arg-type]
-    else:
-        method = grpc.stream_stream_rpc_method_handler(
-            _old_release if handler == "old" else _busy_then_refuses,
-            request_deserializer=replica_pb2.ForwardBatch.FromString,
-            response_serializer=replica_pb2.ForwardBatch.SerializeToString,
-        )
-        server.add_generic_rpc_handlers(
-            (grpc.method_handlers_generic_handler(REPLICA_SERVICE_NAME, {"Forward": method}),)
-        )
+    add_replica_service(server, runtime, _never)  # type: ignore[arg-type]
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()
     return server, f"127.0.0.1:{port}"
@@ -454,17 +446,7 @@ def _request_pollers() -> list[asyncio.Task[Any]]:
 
 @pytest.mark.timeout(30)
 async def test_a_link_the_leader_ended_leaves_no_request_poller_pending() -> None:
-    server = grpc.aio.server()
-    method = grpc.stream_stream_rpc_method_handler(
-        _ends_the_stream,
-        request_deserializer=replica_pb2.ForwardBatch.FromString,
-        response_serializer=replica_pb2.ForwardBatch.SerializeToString,
-    )
-    server.add_generic_rpc_handlers(
-        (grpc.method_handlers_generic_handler(REPLICA_SERVICE_NAME, {"Forward": method}),)
-    )
-    address = f"127.0.0.1:{server.add_insecure_port('127.0.0.1:0')}"
-    await server.start()
+    server, address = await serve_forward(_ends_the_stream)
     channel = grpc.aio.insecure_channel(address)
     try:
         failed: list[_Link] = []

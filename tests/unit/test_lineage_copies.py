@@ -29,18 +29,16 @@ from test_agent_core import Driver
 from lazarus.storage.keys import fork_key, fork_records_key
 from lazarus.storage.replica import RemoteState
 from lazarus.v1 import agent_pb2, records_pb2
-from lazarus_dev.runner_fakes import assign
+from lazarus_dev.runner_fakes import assign, make_runner
 from node_agent import convert
 from node_agent.agent import NodeAgent
 from node_agent.checkpoint import AdoptedCheckpoint, AdoptedEvent, Checkpoint, CheckpointStore
 from node_agent.checkpoint.model import make_ref
 from node_agent.checkpoint.store import lineage_copy_of
-from node_agent.core import ForgetTask, Ownership, Send
+from node_agent.core import ForgetTask, Send
 from node_agent.core import records as rec
 from node_agent.core.core import ReportLineageCopy
-from node_agent.metrics import AgentMetrics
-from node_agent.replication import Outcome, ReplicationItem, ReplicationResult
-from node_agent.runner import TaskRunner
+from node_agent.replication import Outcome, ReplicationResult
 from node_agent.sdk import Agent
 from node_agent.settings import AgentSettings
 
@@ -137,20 +135,6 @@ class _Redis:
         return _Pipeline(self)
 
 
-class _Replicator:
-    linger_s = 0.5
-
-    async def submit(
-        self, item: ReplicationItem, *, linger: bool = False, age_s: float = 0.0
-    ) -> asyncio.Future[ReplicationResult]:
-        fut: asyncio.Future[ReplicationResult] = asyncio.get_running_loop().create_future()
-        fut.set_result(ReplicationResult(Outcome.OK, item.epoch))
-        return fut
-
-    def flush(self) -> None:
-        pass
-
-
 def _remote_events() -> list[tuple[int, bytes]]:
     return [(2, b'{"ev": "new-2"}'), (3, b'{"ev": "new-3"}')]
 
@@ -192,21 +176,7 @@ def _zombie_rows(store: CheckpointStore) -> None:
 def _agent(tmp_path: Path, app: Agent, store: CheckpointStore) -> tuple[NodeAgent, _Redis]:
     settings = AgentSettings(node_id="n1", coordinators=("c1:1",), data_dir=tmp_path / "s")
     agent = NodeAgent(settings, app=app)
-    runner = TaskRunner(
-        app=app,
-        store=store,
-        replica=None,  # type: ignore[arg-type]
-        replicator=_Replicator(),  # type: ignore[arg-type]
-        reporter=agent,
-        node_id="n1",
-        incarnation=agent.incarnation,
-        default_durability="local",
-        max_payload_bytes=1 << 16,
-        metrics=AgentMetrics(),
-        stop_grace_s=0.5,
-    )
-    runner._claims = _Claims()  # type: ignore[assignment]
-    runner.ownership = Ownership(time.monotonic() + 3600)
+    runner = make_runner(app, store, agent, claims=_Claims(), incarnation=agent.incarnation)
     redis = _Redis()
     agent._store, agent._runner, agent._redis = store, runner, redis  # type: ignore[assignment]
     return agent, redis

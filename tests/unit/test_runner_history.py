@@ -14,19 +14,15 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 import taskpath_workers
 
-from lazarus_dev.runner_fakes import RecordingReporter, assign
+from lazarus_dev.runner_fakes import AckingReplicator, RecordingReporter, assign, make_runner
 from node_agent.checkpoint import CheckpointStore, JsonCodec
-from node_agent.core import Ownership
 from node_agent.core.history import prune_slack
-from node_agent.metrics import AgentMetrics
-from node_agent.replication import Outcome, ReplicationItem, ReplicationResult
 from node_agent.runner import TaskRunner
 from node_agent.sdk import Agent
 
@@ -36,54 +32,12 @@ RECORD_EVERY = 4
 TRAILING_EVENTS = 2
 
 
-class _Replicator:
-    """Acknowledges every item at once, or never (``acks=False``: Redis is unreachable)."""
-
-    linger_s = 0.5
-
-    def __init__(self, *, acks: bool = True) -> None:
-        self.acks = acks
-        self.held: list[asyncio.Future[ReplicationResult]] = []
-
-    async def submit(
-        self, item: ReplicationItem, *, linger: bool = False, age_s: float = 0.0
-    ) -> asyncio.Future[ReplicationResult]:
-        fut: asyncio.Future[ReplicationResult] = asyncio.get_running_loop().create_future()
-        if self.acks:
-            fut.set_result(ReplicationResult(Outcome.OK, item.epoch))
-        else:
-            self.held.append(fut)
-        return fut
-
-    def flush(self) -> None:
-        pass
-
-
-class _Claims:
-    async def claim_load(self, task_id: str, epoch: int, node_id: str) -> Any:
-        return ReplicationResult(Outcome.OK, epoch), None
-
-
 def _runner(
-    app: Agent, store: CheckpointStore, keep: int, replicator: _Replicator | None = None
+    app: Agent, store: CheckpointStore, keep: int, replicator: AckingReplicator | None = None
 ) -> TaskRunner:
-    runner = TaskRunner(
-        app=app,
-        store=store,
-        replica=None,  # type: ignore[arg-type]
-        replicator=replicator or _Replicator(),  # type: ignore[arg-type]
-        reporter=RecordingReporter(),
-        node_id="n1",
-        incarnation="inc-1",
-        default_durability="local",
-        max_payload_bytes=1 << 16,
-        metrics=AgentMetrics(),
-        stop_grace_s=0.5,
-        keep_checkpoints=keep,
+    return make_runner(
+        app, store, RecordingReporter(), replicator=replicator, keep_checkpoints=keep
     )
-    runner._claims = _Claims()  # type: ignore[assignment]
-    runner.ownership = Ownership(time.monotonic() + 3600)
-    return runner
 
 
 class _Steps:
@@ -248,7 +202,7 @@ async def test_nothing_redis_may_lack_is_pruned(tmp_path: Path) -> None:
     this node's lineage report, may still need every one of them."""
     steps = _Steps()
     with CheckpointStore(tmp_path / "s", durability="group") as store:
-        runner = _runner(steps.app(), store, KEEP, _Replicator(acks=False))
+        runner = _runner(steps.app(), store, KEEP, AckingReplicator(acks=False))
         await _held(runner, steps, "t", "async")
         assert len(store.list("t")) == STEPS
         assert _pruned(runner) == 0

@@ -27,58 +27,19 @@ import taskpath_workers
 
 from lazarus.storage.errors import StoreIOError
 from lazarus.v1 import agent_pb2
-from lazarus_dev.runner_fakes import RecordingReporter, assign
+from lazarus_dev.runner_fakes import RecordingReporter, assign, make_runner
 from node_agent import convert
 from node_agent.agent import NodeAgent
 from node_agent.checkpoint import CheckpointStore
-from node_agent.core import Ownership
 from node_agent.core import records as rec
-from node_agent.metrics import AgentMetrics
-from node_agent.replication import Outcome, ReplicationItem, ReplicationResult
 from node_agent.runner import TaskRunner
 from node_agent.sdk import Agent
 from node_agent.settings import AgentSettings
 from node_agent.spool import SpoolReader
 
 
-class _Replicator:
-    """Acknowledges every item at once."""
-
-    linger_s = 0.5
-
-    async def submit(
-        self, item: ReplicationItem, *, linger: bool = False, age_s: float = 0.0
-    ) -> asyncio.Future[ReplicationResult]:
-        fut: asyncio.Future[ReplicationResult] = asyncio.get_running_loop().create_future()
-        fut.set_result(ReplicationResult(Outcome.OK, item.epoch))
-        return fut
-
-    def flush(self) -> None:
-        pass
-
-
-class _Claims:
-    async def claim_load(self, task_id: str, epoch: int, node_id: str) -> Any:
-        return ReplicationResult(Outcome.OK, epoch), None
-
-
 def _runner(app: Agent, store: CheckpointStore, reporter: Any) -> TaskRunner:
-    runner = TaskRunner(
-        app=app,
-        store=store,
-        replica=None,  # type: ignore[arg-type]
-        replicator=_Replicator(),  # type: ignore[arg-type]
-        reporter=reporter,
-        node_id="n1",
-        incarnation="inc-1",
-        default_durability="local",
-        max_payload_bytes=1 << 16,
-        metrics=AgentMetrics(),
-        stop_grace_s=0.5,
-    )
-    runner._claims = _Claims()  # type: ignore[assignment]
-    runner.ownership = Ownership(time.monotonic() + 3600)
-    return runner
+    return make_runner(app, store, reporter)
 
 
 # ------------------------------------------------------------- the ended run

@@ -27,12 +27,11 @@ import taskpath_workers
 
 from lazarus.storage.errors import StoreIOError
 from lazarus.v1 import agent_pb2, records_pb2
-from lazarus_dev.runner_fakes import RecordingReporter, assign
+from lazarus_dev.runner_fakes import AckingReplicator, RecordingReporter, assign, make_runner
 from node_agent.checkpoint import Checkpoint, CheckpointStore, StaleEpoch
 from node_agent.core import AgentCore, Ownership
 from node_agent.core import records as rec
 from node_agent.isolation import DEFAULT_WORKER_NICE, ProcessTaskContext
-from node_agent.metrics import AgentMetrics
 from node_agent.replication import Outcome, ReplicationItem, ReplicationResult
 from node_agent.runner import (
     HANDOFF_HOLD_MARGIN_S,
@@ -104,55 +103,11 @@ def test_a_fence_keeps_its_deadline_for_results_but_forbids_new_effects() -> Non
 # ---------------------------------------------------------------- the runner
 
 
-class _Replicator:
-    """Acknowledges every item at once (Redis is covered by the integration tests)."""
-
-    linger_s = 0.5
-
-    def __init__(self) -> None:
-        self.items: list[ReplicationItem] = []
-        self.lingered: list[bool] = []  # the linger flag of each item, in order
-        self.ages: list[float] = []  # the age_s of each item, in order
-
-    async def submit(
-        self, item: ReplicationItem, *, linger: bool = False, age_s: float = 0.0
-    ) -> asyncio.Future[ReplicationResult]:
-        self.items.append(item)
-        self.lingered.append(linger)
-        self.ages.append(age_s)
-        fut: asyncio.Future[ReplicationResult] = asyncio.get_running_loop().create_future()
-        fut.set_result(ReplicationResult(Outcome.OK, item.epoch))
-        return fut
-
-    def flush(self) -> None:
-        self.flushes = getattr(self, "flushes", 0) + 1
-
-
-class _Claims:
-    async def claim_load(self, task_id: str, epoch: int, node_id: str) -> Any:
-        return ReplicationResult(Outcome.OK, epoch), None
-
-
 def _runner(
     tmp_path: Path, app: Agent, store: CheckpointStore
 ) -> tuple[TaskRunner, RecordingReporter]:
     reporter = RecordingReporter()
-    runner = TaskRunner(
-        app=app,
-        store=store,
-        replica=None,  # type: ignore[arg-type]
-        replicator=_Replicator(),  # type: ignore[arg-type]
-        reporter=reporter,
-        node_id="n1",
-        incarnation="inc-1",
-        default_durability="local",
-        max_payload_bytes=1 << 16,
-        metrics=AgentMetrics(),
-        stop_grace_s=0.5,
-    )
-    runner._claims = _Claims()  # type: ignore[assignment]
-    runner.ownership = Ownership(time.monotonic() + 3600)
-    return runner, reporter
+    return make_runner(app, store, reporter), reporter
 
 
 REPLICATED = records_pb2.CHECKPOINT_DURABILITY_REPLICATED
@@ -488,7 +443,7 @@ async def test_a_checkpoint_acknowledged_after_the_deadline_does_not_return_succ
         await runner.close()
 
 
-class _SilentReplicator(_Replicator):
+class _SilentReplicator(AckingReplicator):
     """Never acknowledges (Redis down): every submit's future stays pending."""
 
     async def submit(

@@ -1291,8 +1291,10 @@ class TaskRunner:
                 if ck is not None
                 else None
             )
+            # With the claims' bases the adopt also moves this node's rows below
+            # the adopted seqs that the adopted lineage does not descend from.
             out = await self.store.aio.adopt(
-                task_id, epoch=epoch, checkpoint=adopted, events=events
+                task_id, epoch=epoch, checkpoint=adopted, events=events, bases=remote.bases
             )
             if out.lineage_task_id:
                 _log.warning(

@@ -34,7 +34,7 @@ import enum
 import logging
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -338,6 +338,9 @@ class RemoteState:
         events: journal events after ``covers_journal_seq``, in seq order. An
             event's epoch may be lower than a preceding one's when a new owner
             overwrote only part of a fenced owner's tail.
+        bases: epoch -> (journal seq, checkpoint seq): where each epoch that
+            claimed the task started (``RedisCheckpointReplica.lineage_bases``),
+            read with the rest; empty when none is recorded.
     """
 
     task_id: str
@@ -350,6 +353,7 @@ class RemoteState:
     updated_unix_ms: int
     checkpoint: records_pb2.CheckpointRecord | None
     events: tuple[records_pb2.JournalEventRecord, ...] = field(default=())
+    bases: Mapping[int, tuple[int, int]] = field(default_factory=dict, compare=False)
 
 
 # ---------------------------------------------------------------- adapter
@@ -659,16 +663,7 @@ class RedisCheckpointReplica:
         """
         _check_id("task_id", task_id)
         raw = await self._client.hgetall(self.keys(task_id)[0])
-        out: dict[int, tuple[int, int]] = {}
-        for key, value in raw.items():
-            name = key.decode() if isinstance(key, bytes) else str(key)
-            if not name.startswith("base:"):
-                continue
-            text = value.decode() if isinstance(value, bytes) else str(value)
-            journal, _, ckpt = text.partition(",")
-            with contextlib.suppress(ValueError):
-                out[int(name[5:])] = (int(journal), int(ckpt or 0))
-        return out
+        return _bases({_text(k): _text(v) for k, v in raw.items()})
 
     async def load(self, task_id: str) -> RemoteState | None:
         """Read the newest checkpoint and the journal events after it, atomically.
@@ -746,6 +741,18 @@ class BlockingCheckpointReplica:
         self._client.close()
 
 
+def _bases(head: dict[str, str]) -> dict[int, tuple[int, int]]:
+    """The ``base:<epoch>`` fields of a task's head hash: epoch -> (journal seq, checkpoint seq)."""
+    out: dict[int, tuple[int, int]] = {}
+    for name, text in head.items():
+        if not name.startswith("base:"):
+            continue
+        journal, _, ckpt = text.partition(",")
+        with contextlib.suppress(ValueError):
+            out[int(name[5:])] = (int(journal), int(ckpt or 0))
+    return out
+
+
 def _remote_state(
     task_id: str, head_raw: dict[Any, Any], ckpt_raw: bytes | None, journal_raw: list[bytes]
 ) -> RemoteState | None:
@@ -783,6 +790,7 @@ def _remote_state(
         updated_unix_ms=num("updated_ms"),
         checkpoint=checkpoint,
         events=tuple(events),
+        bases=_bases(head),
     )
 
 

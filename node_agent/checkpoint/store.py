@@ -181,6 +181,7 @@ from node_agent.checkpoint.model import (
     validate_seq,
     validate_task_id,
 )
+from node_agent.core.lineage import adopted_cut
 
 log = logging.getLogger("lazarus.checkpoint")
 
@@ -1771,9 +1772,14 @@ class CheckpointStore:
         epoch: int,
         checkpoint: AdoptedCheckpoint | None,
         events: Sequence[AdoptedEvent],
+        bases: Mapping[int, tuple[int, int]] | None = None,
     ) -> _OpFn[AdoptOutcome]:
         validate_task_id(task_id)
         validate_seq(epoch, "epoch")
+        for base_epoch, (base_j, base_ck) in (bases or {}).items():
+            validate_seq(base_epoch, "bases epoch")
+            validate_seq(base_j, f"bases[{base_epoch}] journal seq")
+            validate_seq(base_ck, f"bases[{base_epoch}] checkpoint seq")
         if checkpoint is not None:
             validate_seq(checkpoint.seq, "checkpoint.seq")
             validate_seq(checkpoint.covers_journal_seq, "checkpoint.covers_journal_seq")
@@ -1805,15 +1811,26 @@ class CheckpointStore:
                 remote_ck[checkpoint.seq] = (checkpoint.epoch, checkpoint.payload)
             remote_ev = {ev.seq: (ev.epoch, ev.payload) for ev in events}
             first_seq = max(remote_seq, 1) if checkpoint is not None else 1
+            # The rows the adopted records replace, and every row above the
+            # point where the adopted lineage left ours (``adopted_cut``), below
+            # the adopted seqs too: the lineage has its own records at those
+            # seqs, so ours there are no ancestors of it. Rows at or below the
+            # cut are the common ancestry and stay.
+            cut = adopted_cut(local_epoch, bases)
+            cut_j, cut_ck = cut if cut is not None else (covers, first_seq - 1)
             ck_rows = sorted(
-                (r for r in _task_rows(conn, task_id, f"id, {_CKPT_COLUMNS}") if r[2] >= first_seq),
+                (
+                    r
+                    for r in _task_rows(conn, task_id, f"id, {_CKPT_COLUMNS}")
+                    if r[2] > min(cut_ck, first_seq - 1)
+                ),
                 key=lambda r: int(r[2]),
             )
             ids = {int(r[2]): (int(r[0]), int(r[4]), int(r[2])) for r in ck_rows}
             ev_rows = conn.execute(
                 "SELECT task_id, seq, epoch, created_at_ms, payload, checksum FROM journal "
                 "WHERE task_id = ? AND seq > ? ORDER BY seq",
-                (task_id, covers),
+                (task_id, min(cut_j, covers)),
             ).fetchall()
             divergent_ck: list[StoredCheckpoint] = []
             same_ck: set[int] = set()
@@ -2263,17 +2280,22 @@ class CheckpointStore:
         epoch: int,
         checkpoint: AdoptedCheckpoint | None,
         events: Sequence[AdoptedEvent] = (),
+        bases: Mapping[int, tuple[int, int]] | None = None,
     ) -> AdoptOutcome:
         """Take another replica's newer lineage of a task (read from Redis) as ours.
 
         After a move the new owner continues the task's numbering: the adopted
         checkpoint keeps its seq, the events their seqs, so the next ``save``
         and ``append`` follow them and every replica agrees on what seq N is.
-        Local rows the adopted lineage replaces (checkpoints with seq >= the
-        adopted one, events after its covers_journal_seq) that differ from it
-        are not lost: they are copied, re-checksummed, to a lineage task
-        ``<task_id>~lineage-e<epoch>`` (``parent_ref`` names each original) and
-        the outcome reports them — the fork of DESIGN.md §7. The copy has no
+        Local rows the adopted lineage does not contain are not lost: the rows
+        it replaces (checkpoints with seq >= the adopted one, events after its
+        covers_journal_seq) that differ from it, and with ``bases`` every row
+        above the point where it left ours (``lineage.adopted_cut``: the old
+        owner's seq 2 when the newer epoch resumed from seq 1, whatever seq it
+        adopts now). They are moved, re-checksummed, to a lineage task
+        ``<task_id>~lineage-e<epoch>`` (``parent_ref`` names each original, the
+        seqs are kept) and the outcome reports them — the fork of DESIGN.md §7;
+        the task keeps the common ancestry and the adopted rows. The copy has no
         meta; the agent reports it as a fork and forgets it once the leader
         acknowledged it (``node_agent.core.core``, **Forgetting a lineage copy**;
         ``lineage_copy_of`` tells a copy's name).
@@ -2283,12 +2305,15 @@ class CheckpointStore:
             epoch: the adopting owner's epoch (>= the stored epoch).
             checkpoint: the newest checkpoint of the lineage, or None.
             events: the journal events after its covers_journal_seq, contiguous.
+            bases: epoch -> (journal seq, checkpoint seq) where each epoch that
+                claimed the task in Redis started (``RemoteState.bases``); None
+                or empty when unknown: then only replaced rows can diverge.
 
         Raises:
             InvalidArgument: malformed arguments (the field is named).
             StaleEpoch: ``epoch`` is older than the task's stored epoch.
         """
-        return self._call(self._adopt_op(task_id, epoch, checkpoint, events))
+        return self._call(self._adopt_op(task_id, epoch, checkpoint, events, bases))
 
     def replay(self, task_id: str, after_seq: int = 0) -> EventList:
         """Return the task's journal events with seq > ``after_seq``, in order.
@@ -2513,9 +2538,12 @@ class AsyncCheckpointStore:
         epoch: int,
         checkpoint: AdoptedCheckpoint | None,
         events: Sequence[AdoptedEvent] = (),
+        bases: Mapping[int, tuple[int, int]] | None = None,
     ) -> AdoptOutcome:
         """See ``CheckpointStore.adopt``."""
-        return await self._store._acall(self._store._adopt_op(task_id, epoch, checkpoint, events))
+        return await self._store._acall(
+            self._store._adopt_op(task_id, epoch, checkpoint, events, bases)
+        )
 
     async def load(self, ref: str) -> StoredCheckpoint:
         """See ``CheckpointStore.load``."""

@@ -23,7 +23,10 @@ shell reads the local store and Redis; the choices are made here:
 A *lineage copy* (``<task>~lineage-e<epoch>``: the rows a restore's adopt
 replaced, ``CheckpointStore.adopt``) is reported as a fork too: every record
 in it is divergent, its stale epoch is the newest epoch among them, and the
-fork is named after the copy (``copy_fork_id``).
+fork is named after the copy (``copy_fork_id``). Which rows an adopt moves
+there is decided here too (``adopted_cut``): those above the point where the
+adopted lineage left this store's, not only those at or after the adopted
+checkpoint.
 
 Retransmission of the report until the leader's LineageAck is ``AgentCore``'s
 (``lineage_ready``). Pure: no IO, no clock.
@@ -40,6 +43,7 @@ __all__ = [
     "MAX_REPORT_EVENTS",
     "Divergence",
     "Resolution",
+    "adopted_cut",
     "copy_fork_id",
     "fork_base",
     "fork_id",
@@ -115,6 +119,43 @@ def fork_base(
     if newer and bases is not None:
         return bases[newer[0]]
     return acknowledged
+
+
+def adopted_cut(
+    held_epoch: int, bases: Mapping[int, tuple[int, int]] | None
+) -> tuple[int, int] | None:
+    """Where an adopted newer lineage left the store's own: (journal seq, checkpoint seq).
+
+    The store's rows of a task form one chain (its epochs never go down as its
+    seqs go up) and ``held_epoch``, the task's epoch in the store, is the
+    newest epoch at which this node held that chain. The first epoch above it
+    that claimed the task in Redis resumed from what Redis held at its claim
+    (its base): only the store's rows at or below that base are the adopted
+    lineage's ancestors. A local row above it is divergent even below the
+    adopted checkpoint's seq (the old owner's seq 2 at epoch 1 when the next
+    owner resumed from seq 1 and wrote its own seq 2): the adopt keeps it as a
+    lineage copy instead of leaving it in the task's history.
+
+    It errs towards keeping a fork: an epoch this node claimed, resumed from
+    its own unreplicated rows and wrote nothing at leaves no trace in the
+    store, so those rows count as divergent even when it shipped them to
+    Redis before a later owner resumed from them (reported as a fork though
+    shared: noise, never a loss).
+
+    Args:
+        held_epoch: the task's epoch in the local store (its head), before the adopt.
+        bases: epoch -> (journal base, checkpoint base) as the claims recorded
+            them in Redis (``lineage_bases``); None or empty when unknown.
+
+    Returns:
+        The base of the first claimed epoch above ``held_epoch``, or None when
+        no claim above it is known (a re-attach at the held epoch, an older
+        server): then only the rows the adopted records replace can diverge.
+    """
+    newer = [e for e in bases or {} if e > held_epoch]
+    if not newer or bases is None:
+        return None
+    return bases[min(newer)]
 
 
 def select_divergent(

@@ -422,6 +422,7 @@ async def test_claim_load_many_claims_and_reads_each_task_in_one_round_trip(
         # The claim raised the fence like claim() does: the old owner is refused.
         assert (await replica.write(item(moved, 1, (ev(moved, 4, 1),)))).outcome is Outcome.STALE
         assert await replica.lineage_bases(moved) == {2: (3, 1)}
+        assert state.bases == {2: (3, 1)}  # read with the claim, for the restore's adopt
         again = await replica.claim_load_many([(moved, 2, "node-b")])
         assert again[0] == (ReplicationResult(Outcome.DUPLICATE, 2), state)
         with pytest.raises(ValueError, match="epoch"):

@@ -154,6 +154,20 @@ class _Claims:
         return ReplicationResult(Outcome.OK, epoch), remote
 
 
+class _ClaimsPastTheZombie:
+    """Redis holds epoch 2's checkpoint seq 3 (covers 3); epoch 2 resumed from
+    journal seq 1, checkpoint seq 1, and this node's claim of epoch 3 found seq 3."""
+
+    async def claim_load(self, task_id: str, epoch: int, node_id: str) -> Any:
+        ck = records_pb2.CheckpointRecord(
+            task_id=task_id, epoch=2, seq=3, covers_journal_seq=3, payload=b'{"step": 3}'
+        )
+        remote = RemoteState(
+            task_id, epoch, 3, 2, 3, 3, "n2", 0, ck, (), bases={2: (1, 1), epoch: (3, 3)}
+        )
+        return ReplicationResult(Outcome.OK, epoch), remote
+
+
 def _app() -> Agent:
     app = Agent("t")
 
@@ -253,6 +267,46 @@ async def test_an_adopts_lineage_copy_is_reported_as_a_fork_then_forgotten(
         assert COPY not in {h.task_id for h in store.task_heads()}
         assert store.list(COPY) == []
         assert (2, 2) in {(i.seq, i.epoch) for i in store.list("t")}, "the task's rows are kept"
+        await runner.close()
+
+
+async def test_an_old_owners_row_below_the_adopted_seq_is_reported_as_a_fork(
+    tmp_path: Path,
+) -> None:
+    """As above, but epoch 2 went on to seq 3 before this node got ``t`` back: the
+    zombie's seq 2 is below the adopted checkpoint. Before the fix the adopt
+    left it in ``t``'s history between seq 1 and epoch 2's seq 3, and no fork
+    reported it; now the claims' bases (epoch 2 resumed from seq 1) move it to
+    the copy, which is reported."""
+    app = _app()
+    with CheckpointStore(tmp_path / "s", durability="group") as store:
+        _zombie_rows(store)
+        agent, redis = _agent(tmp_path, app, store)
+        runner = agent._runner
+        assert runner is not None
+        runner._claims = _ClaimsPastTheZombie()  # type: ignore[assignment]
+        outbound = await _open(agent)
+        now = time.monotonic()
+        message = agent_pb2.CoordinatorMessage(assign=assign("t", "k", epoch=3))
+        await _step(
+            agent, agent.core.on_message(convert.coordinator_message_from_pb(message), now, 0)
+        )
+        await runner._runs["t"].task  # type: ignore[misc]
+        await _settle(agent)
+
+        assert sorted((i.seq, i.epoch) for i in store.list("t"))[:2] == [(1, 1), (3, 2)]
+        forks = redis.hashes.get(fork_key("t"), {})
+        assert len(forks) == 1, "the zombie's seq 2 was reported to nobody"
+        ((fork_id, raw),) = forks.items()
+        record = records_pb2.ForkRecord.FromString(raw)
+        assert (record.lineage_task_id, record.stale_epoch) == (COPY, 1)
+        assert (record.divergent_checkpoints, record.head_checkpoint.seq) == (1, 2)
+        assert (record.divergent_journal_events, record.first_divergent_journal_seq) == (1, 2)
+        full = agent_pb2.LineageReport.FromString(redis.strings[fork_records_key("t", fork_id)])
+        assert [c.payload for c in full.checkpoints] == [b'{"step": "zombie"}']
+        assert [e.payload for e in full.journal_events] == [b'{"ev": "zombie-2"}']
+        (wire,) = _lineage_reports(outbound)
+        assert wire.fork_id == fork_id
         await runner.close()
 
 

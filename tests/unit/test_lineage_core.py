@@ -11,6 +11,7 @@ from node_agent.core.lineage import (
     MAX_REPORT_CHECKPOINTS,
     MAX_REPORT_EVENTS,
     Resolution,
+    adopted_cut,
     fork_base,
     fork_id,
     select_divergent,
@@ -26,6 +27,15 @@ def test_the_base_is_the_first_newer_epochs_claim() -> None:
 def test_without_a_newer_claim_the_base_is_what_this_process_saw_acknowledged() -> None:
     assert fork_base(3, {1: (9, 9), 3: (9, 9)}, (4, 2)) == (4, 2)
     assert fork_base(3, None, (4, 2)) == (4, 2)  # Redis could not be read
+
+
+def test_an_adopt_cuts_the_held_lineage_at_the_first_newer_claims_base() -> None:
+    bases = {2: (10, 3), 5: (20, 7), 4: (15, 5)}
+    assert adopted_cut(3, bases) == (15, 5)  # held at 3: epoch 4 left it at its base
+    assert adopted_cut(1, bases) == (10, 3)
+    assert adopted_cut(5, bases) is None  # re-attach at the held epoch: nothing known above
+    assert adopted_cut(3, {}) is None
+    assert adopted_cut(3, None) is None
 
 
 def test_divergent_records_are_above_the_base_and_not_of_a_later_epoch() -> None:

@@ -17,6 +17,7 @@ import redis.exceptions
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from lazarus.storage.replica import _remote_state
 from lazarus.v1 import records_pb2
 from node_agent.replication import (
     Outcome,
@@ -593,3 +594,11 @@ def test_coalescing_preserves_what_redis_ends_up_holding(
     assert fake.violations == []
     assert {r.outcome for r in results} <= {Outcome.OK}
     assert fake.tasks == reference.tasks
+
+
+def test_a_read_state_carries_where_each_claimed_epoch_started() -> None:
+    head = {b"epoch": b"3", b"base:2": b"1,1", b"base:3": b"3,3", b"base:x": b"9"}
+    state = _remote_state("t", head, None, [])
+    assert state is not None
+    assert state.bases == {2: (1, 1), 3: (3, 3)}
+    assert _remote_state("t", {b"epoch": b"1"}, None, []).bases == {}  # type: ignore[union-attr]

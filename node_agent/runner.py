@@ -1267,12 +1267,16 @@ class TaskRunner:
                 checkpoint_seq=local_ckpt.seq if local_ckpt else 0,
                 journal_seq=local_j,
                 has_state=local_ckpt is not None or bool(local.events),
+                epoch=max(
+                    [local_ckpt.epoch if local_ckpt else 0, *(ev.epoch for ev in local.events)]
+                ),
             ),
             RemoteHead(
                 checkpoint_seq=remote.ckpt_seq,
                 covers_journal_seq=remote.covers_journal_seq,
                 journal_seq=remote.journal_seq,
                 event_seqs=tuple(ev.seq for ev in remote.events),
+                epoch=max([remote.ckpt_epoch, *(ev.epoch for ev in remote.events)]),
             )
             if remote is not None
             else None,

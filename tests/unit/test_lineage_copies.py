@@ -168,6 +168,20 @@ class _ClaimsPastTheZombie:
         return ReplicationResult(Outcome.OK, epoch), remote
 
 
+class _ClaimsOfAShorterNewerLineage:
+    """Epoch 2 resumed from checkpoint seq 1 (journal seq 1) and wrote only seq 2;
+    this node's epoch-1 branch went on to seq 4 without reaching Redis."""
+
+    async def claim_load(self, task_id: str, epoch: int, node_id: str) -> Any:
+        ck = records_pb2.CheckpointRecord(
+            task_id=task_id, epoch=2, seq=2, covers_journal_seq=1, payload=b'{"step": "e2"}'
+        )
+        remote = RemoteState(
+            task_id, epoch, 2, 2, 1, 1, "n2", 0, ck, (), bases={2: (1, 1), epoch: (1, 2)}
+        )
+        return ReplicationResult(Outcome.OK, epoch), remote
+
+
 def _app() -> Agent:
     app = Agent("t")
 
@@ -363,3 +377,45 @@ async def test_a_task_named_like_a_copy_is_left_alone(tmp_path: Path) -> None:
         assert agent.core.pending_forks == []
         assert redis.hashes == {}
         await agent._runner.close()  # type: ignore[union-attr]
+
+
+async def test_a_newer_owners_shorter_lineage_wins_over_this_nodes_longer_stale_branch(
+    tmp_path: Path,
+) -> None:
+    """This node gets ``t`` back at epoch 3 holding epoch-1 checkpoints up to seq 4;
+    epoch 2 (another node) resumed from seq 1 and wrote seq 2. Before, 4 > 2
+    resumed this node's stale branch and dropped epoch 2's work without a
+    word; now Redis's lineage is adopted and seqs 2-4 of epoch 1 are reported
+    as a fork."""
+    app = _app()
+    with CheckpointStore(tmp_path / "s", durability="group") as store:
+        store.append("t", b'{"ev": 1}', epoch=1)
+        store.save(Checkpoint("t", 1, b'{"step": 1}', 1))
+        for seq in (2, 3, 4):
+            store.save(Checkpoint("t", 1, b'{"step": "stale-%d"}' % seq, 1))
+        agent, redis = _agent(tmp_path, app, store)
+        runner = agent._runner
+        assert runner is not None
+        runner._claims = _ClaimsOfAShorterNewerLineage()  # type: ignore[assignment]
+        await _open(agent)
+        now = time.monotonic()
+        message = agent_pb2.CoordinatorMessage(assign=assign("t", "k", epoch=3))
+        await _step(
+            agent, agent.core.on_message(convert.coordinator_message_from_pb(message), now, 0)
+        )
+        await runner._runs["t"].task  # type: ignore[misc]
+        await _settle(agent)
+
+        kept = sorted((i.seq, i.epoch) for i in store.list("t"))
+        assert kept[:2] == [(1, 1), (2, 2)], "resumed from this node's stale branch"
+        assert all(epoch != 1 or seq == 1 for seq, epoch in kept)
+        forks = redis.hashes.get(fork_key("t"), {})
+        assert len(forks) == 1
+        ((fork_id, _),) = forks.items()
+        full = agent_pb2.LineageReport.FromString(redis.strings[fork_records_key("t", fork_id)])
+        assert [c.payload for c in full.checkpoints] == [
+            b'{"step": "stale-2"}',
+            b'{"step": "stale-3"}',
+            b'{"step": "stale-4"}',
+        ]
+        await runner.close()

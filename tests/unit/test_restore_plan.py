@@ -56,6 +56,18 @@ def test_redis_ahead_is_adopted(remote: RemoteHead) -> None:
     assert not plan.catch_up
 
 
+def test_a_newer_owners_lineage_is_adopted_even_with_fewer_checkpoints() -> None:
+    """This node wrote seq 5 at epoch 1 and reached Redis up to seq 2; an owner at
+    epoch 2 resumed from seq 2 and wrote seq 3; the task comes back here. Before,
+    seq 5 > 3 resumed this node's own stale branch and dropped epoch 2's work."""
+    local = LocalHead(checkpoint_seq=5, journal_seq=5, has_state=True, epoch=1)
+    remote = RemoteHead(checkpoint_seq=3, covers_journal_seq=3, journal_seq=3, epoch=2)
+    assert plan_restore(local, remote) == RestorePlan(Source.REDIS, adopt_events=0)
+    # The same heads with the same epoch on both sides: this node's rows are the newest.
+    same = RemoteHead(checkpoint_seq=3, covers_journal_seq=3, journal_seq=3, epoch=1)
+    assert plan_restore(local, same).source is Source.LOCAL
+
+
 def test_adoption_stops_at_the_first_gap_in_the_remote_journal() -> None:
     remote = RemoteHead(
         checkpoint_seq=3, covers_journal_seq=10, journal_seq=15, event_seqs=(11, 12, 14, 15)
@@ -85,6 +97,7 @@ seqs = st.integers(0, 6)
 @given(
     local_ck=seqs,
     local_j=seqs,
+    local_epoch=st.integers(0, 3),
     remote=st.none()
     | st.builds(
         RemoteHead,
@@ -92,13 +105,18 @@ seqs = st.integers(0, 6)
         covers_journal_seq=seqs,
         journal_seq=seqs,
         event_seqs=st.lists(st.integers(0, 12), max_size=5).map(lambda x: tuple(sorted(set(x)))),
+        epoch=st.integers(0, 3),
     ),
 )
-def test_the_plan_follows_the_rule(local_ck: int, local_j: int, remote: RemoteHead | None) -> None:
-    local = LocalHead(local_ck, local_j, has_state=bool(local_ck or local_j))
+def test_the_plan_follows_the_rule(
+    local_ck: int, local_j: int, local_epoch: int, remote: RemoteHead | None
+) -> None:
+    local = LocalHead(local_ck, local_j, has_state=bool(local_ck or local_j), epoch=local_epoch)
     plan = plan_restore(local, remote)
     ahead = remote is not None and (
-        remote.checkpoint_seq > local_ck or remote.journal_seq > local_j
+        remote.epoch > local_epoch
+        or remote.checkpoint_seq > local_ck
+        or remote.journal_seq > local_j
     )
     assert (plan.source is Source.REDIS) is ahead
     if ahead:

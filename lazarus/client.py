@@ -63,6 +63,7 @@ from tenacity import (
     stop_after_delay,
 )
 
+from lazarus.grpcopts import channel_options
 from lazarus.tls import ClientTls
 from lazarus.v1 import coordinator_pb2, records_pb2
 
@@ -111,6 +112,9 @@ CHANNEL_OPTIONS: tuple[tuple[str, Any], ...] = (
     ("grpc.initial_reconnect_backoff_ms", 100),
     ("grpc.min_reconnect_backoff_ms", 100),
     ("grpc.max_reconnect_backoff_ms", 1000),
+    # A replica gone silent without closing the connection (blackholed) fails
+    # the call within lazarus.grpcopts' bound (10 s), so a watch moves on.
+    *channel_options(),
 )
 
 _RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})

@@ -28,7 +28,9 @@ which comes after that deletion; ``docs/fan-in.md`` section 4 has the proof.
 No Welcome is ever given by (b).
 
 Failures. When the link ends (the leader crashed, resigned or stopped
-leading, or the network broke; or this replica's election watch shows
+leading, or the network broke: a leader gone silent without closing the
+connection is noticed by the channel's keepalive, ``lazarus.grpcopts``, within
+10 s; or this replica's election watch shows
 another leader, ``CoordinatorRuntime.on_leader_observed``, so a paused old
 leader does not keep Sessions hanging) the Sessions it carried are
 *detached*, not ended: the agents' streams stay open. Once a leader answers

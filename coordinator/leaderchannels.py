@@ -12,6 +12,13 @@ call to it may be in flight), and closes any older one with a grace of
 :data:`CLOSE_GRACE_S`: calls still in flight on it may finish, and those that
 do not are cancelled (:meth:`LeaderChannels.retired` tells a caller that its
 call ended because of that, so it can answer UNAVAILABLE: ask the leader).
+
+Every channel is dialled with :func:`lazarus.grpcopts.channel_options`
+(keepalive): a leader that goes silent without closing the connection (an
+asymmetric partition, a blackholed route) fails the calls on it within that
+module's bound (10 s by default), so a follower's forward link breaks and its
+Sessions are carried to the next leader, and proxied calls and watches end
+UNAVAILABLE, instead of waiting for TCP to give up (~15 min).
 """
 
 from __future__ import annotations
@@ -22,6 +29,8 @@ import weakref
 from collections.abc import Callable
 
 import grpc.aio
+
+from lazarus.grpcopts import Options, channel_options
 
 __all__ = ["CLOSE_GRACE_S", "KEEP_CHANNELS", "LeaderChannels"]
 
@@ -36,18 +45,22 @@ class LeaderChannels:
     """Channels by leader address; at most ``keep`` open (see the module docstring).
 
     Args:
-        dial: makes the channel to an address (``ClientTls.aio_channel``).
+        dial: makes the channel to an address with the given channel options
+            (``ClientTls.aio_channel``, ``grpc.aio.insecure_channel``).
         keep: channels kept, the ones asked for last (at least 1).
         grace_s: how long an evicted channel's calls in flight may still run.
+        options: channel options every channel gets (keepalive by default).
     """
 
     def __init__(
         self,
-        dial: Callable[[str], grpc.aio.Channel],
+        dial: Callable[[str, Options], grpc.aio.Channel],
         keep: int = KEEP_CHANNELS,
         grace_s: float = CLOSE_GRACE_S,
+        options: Options | None = None,
     ) -> None:
         self._dial = dial
+        self.options: Options = channel_options() if options is None else options
         self._keep = max(1, keep)
         self._grace_s = grace_s
         self._channels: dict[str, grpc.aio.Channel] = {}  # oldest use first
@@ -65,7 +78,7 @@ class LeaderChannels:
         one beyond ``keep``, after the grace. Call on the event loop."""
         channel = self._channels.pop(address, None)
         if channel is None:
-            channel = self._dial(address)
+            channel = self._dial(address, self.options)
         self._channels[address] = channel
         while len(self._channels) > self._keep:
             oldest = next(iter(self._channels))

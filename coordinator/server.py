@@ -44,6 +44,7 @@ from coordinator.redisconn import redis_client
 from coordinator.runtime import CoordinatorRuntime, Observer, RuntimeSettings
 from coordinator.session import add_agent_service
 from lazarus import __version__
+from lazarus.grpcopts import etcd_channel_options, server_options
 from lazarus.tls import ClientTls, ServerTls
 
 __all__ = ["CoordinatorServer", "ServerSettings", "make_etcd_client"]
@@ -55,6 +56,10 @@ ETCD_GRPC_OPTIONS = {
     "grpc.initial_reconnect_backoff_ms": 100,
     "grpc.min_reconnect_backoff_ms": 100,
     "grpc.max_reconnect_backoff_ms": 500,
+    # A member that goes silent without a RST (blackholed) is dropped within
+    # lazarus.grpcopts' etcd bound, not after TCP's ~15 min: its calls (the
+    # shared watch stream among them) fail UNAVAILABLE and go to another member.
+    **etcd_channel_options(),
 }
 
 
@@ -316,7 +321,7 @@ class CoordinatorServer:
         self._health = await add_health_and_reflection(server, reflection=s.reflection)
         runtime.on_failure(self._leader_loop_failed)
         if s.health_listen:  # probes: health only, plaintext, nothing else on this port
-            probe_server = grpc.aio.server()
+            probe_server = grpc.aio.server(options=server_options())
             health_pb2_grpc.add_HealthServicer_to_server(self._health, probe_server)
             if probe_server.add_insecure_port(s.health_listen) == 0:
                 raise RuntimeError(f"cannot bind {s.health_listen}")
@@ -363,7 +368,7 @@ class CoordinatorServer:
         s = self.settings
         cap = RpcCap(s.admission.max_concurrent_rpcs)  # orchestrator calls in flight
         if s.auth == "none":
-            server = grpc.aio.server(interceptors=[cap])
+            server = grpc.aio.server(interceptors=[cap], options=server_options())
             return server, server.add_insecure_port(s.listen)
         registry = getattr(self._observer, "registry", None)
         interceptor = AuthInterceptor(
@@ -372,7 +377,7 @@ class CoordinatorServer:
             reflection=s.reflection,
             registry=registry,
         )
-        server = grpc.aio.server(interceptors=[interceptor, cap])
+        server = grpc.aio.server(interceptors=[interceptor, cap], options=server_options())
         self.server_tls = ServerTls(s.tls_cert_file, s.tls_key_file, s.tls_client_ca_file)
         bound = server.add_secure_port(s.listen, self.server_tls.credentials())
         if s.token_listen:

@@ -63,6 +63,7 @@ from tenacity import (
     stop_after_delay,
 )
 
+from lazarus.grpcopts import channel_options
 from lazarus.tls import ClientTls
 from lazarus.v1 import coordinator_pb2, records_pb2
 
@@ -111,7 +112,15 @@ CHANNEL_OPTIONS: tuple[tuple[str, Any], ...] = (
     ("grpc.initial_reconnect_backoff_ms", 100),
     ("grpc.min_reconnect_backoff_ms", 100),
     ("grpc.max_reconnect_backoff_ms", 1000),
+    # A replica gone silent without closing the connection (blackholed) fails
+    # the call within lazarus.grpcopts' bound (10 s), so a watch moves on.
+    *channel_options(),
 )
+
+WATCH_STABLE_S = 10.0
+"""A WatchEvents stream that served this long, seconds, ended for a new reason:
+the next attempt goes at once; one that ended sooner counts as a failed attempt
+(the backoff grows)."""
 
 _RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
 _WATCH_RETRYABLE = _RETRYABLE | {grpc.StatusCode.RESOURCE_EXHAUSTED}
@@ -970,7 +979,12 @@ class Client:
         loop = asyncio.get_running_loop()
         index = self._preferred
         connected_once = False
+        # Attempts in a row that failed or ended before WATCH_STABLE_S: the
+        # backoff before the next one. A replica that answers and then drops
+        # the stream at once (over and over) is retried with a growing delay,
+        # not in a tight loop; one that served a while is left at once.
         failures = 0
+        unanswered = 0  # attempts in a row no replica answered: the retry budget
         failing_since: float | None = None
         while True:
             address = self.addresses[index]
@@ -983,11 +997,12 @@ class Client:
                 response_deserializer=coordinator_pb2.WatchEventsResponse.FromString,
             )(attempt)
             answered = False
+            answered_at = 0.0
             try:
                 async for response in call:
                     if not answered:
-                        answered = True
-                        failures, failing_since = 0, None
+                        answered, answered_at = True, loop.time()
+                        unanswered, failing_since = 0, None  # the retry budget restarts
                         self._preferred = index
                         if connected_once:
                             stream.reconnects += 1
@@ -1010,11 +1025,15 @@ class Client:
                     raise error from None
             finally:
                 call.cancel()
-            if not answered:
+            now = loop.time()
+            if answered and now - answered_at >= WATCH_STABLE_S:
+                failures = 0
+            else:
                 failures += 1
-                now = loop.time()
+            if not answered:
+                unanswered += 1
                 failing_since = now if failing_since is None else failing_since
-                if failures >= len(self.addresses) and now - failing_since >= self.retry_max_s:
+                if unanswered >= len(self.addresses) and now - failing_since >= self.retry_max_s:
                     raise _exhausted(error, self.addresses, self.retry_max_s) from None
             index = (index + 1) % len(self.addresses)
             await asyncio.sleep(self._backoff_s(failures))

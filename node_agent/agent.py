@@ -45,6 +45,7 @@ from redis.backoff import NoBackoff
 from tenacity import wait_random_exponential
 
 from lazarus import __version__
+from lazarus.grpcopts import channel_options
 from lazarus.storage.keys import fork_key, fork_records_key
 from lazarus.v1 import agent_pb2, agent_pb2_grpc, records_pb2
 from node_agent import convert
@@ -611,7 +612,9 @@ class NodeAgent:
         reason = "closed"
         try:
             # TLS verifies the coordinator (a NotLeader redirect too) against the cluster CA.
-            async with self.settings.tls.aio_channel(target) as channel:
+            # Keepalive: a coordinator gone silent (blackholed) fails the call
+            # within lazarus.grpcopts' bound even while nothing is being written.
+            async with self.settings.tls.aio_channel(target, channel_options()) as channel:
                 stub = agent_pb2_grpc.AgentServiceStub(channel)  # type: ignore[no-untyped-call]
                 call = stub.Session()
                 self._call = call

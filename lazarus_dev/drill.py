@@ -118,6 +118,10 @@ IDENTITY_REFUSED = ("held by another live process", "FAILED_PRECONDITION")
 PARTITION_S = 10.0
 """How long partition-heal keeps the node cut off, seconds."""
 
+RECONCILE_WAIT_S = 15.0
+"""How long partition-heal waits, once its tasks ended, for the healed node's
+reconcile session to be logged before it judges, seconds."""
+
 _EVENT = re.compile(r"event term=(\d+) (\w+)\((.*)\)$")
 _RECONCILED = re.compile(r"reconcile (\S+) completed: converged=(\w+).* in ([0-9.]+) s")
 _FIELD = re.compile(r"(\w+)=('(?:[^']*)'|[^,]+)")
@@ -500,6 +504,16 @@ class _Drill:
         inject: Callable[[DrillResult], Any] = getattr(self, "_" + scenario.replace("-", "_"))
         await inject(result)
         tasks = await self._wait_done(set(by_id), timeout_s=self.settle_timeout_s)
+        heal_at = result.heal_at_s
+        if shared and heal_at and isinstance(self.cluster, LocalCluster):
+            # The healed node's reconcile session (what partition-heal measures)
+            # may come after the tasks end: a dial that failed inside the
+            # partition holds the leader's address off for a few seconds.
+            cluster = self.cluster
+            await self._wait_for(
+                lambda: parse_reconcile_seconds(_reconciles(cluster, t0), heal_at) is not None,
+                RECONCILE_WAIT_S,
+            )
         await asyncio.sleep(1.0)  # the last events reach the logs
         await self._judge(result, t0, tasks, by_id)
         if sink is not None:

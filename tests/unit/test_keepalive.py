@@ -106,9 +106,11 @@ def test_every_etcd_client_kind_dials_with_keepalive() -> None:
         assert grpcopts.etcd_channel_options().items() <= options.items(), settings
 
 
-def test_the_coordinator_server_is_built_with_the_server_options(
+async def test_the_coordinator_server_is_built_with_the_server_options(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    # async: grpc.aio.server() needs the running loop (a sync test only found one
+    # when an earlier test of the session had left a loop set).
     seen: list[Any] = []
     real = grpc.aio.server
 

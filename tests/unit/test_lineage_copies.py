@@ -231,6 +231,17 @@ async def _settle(agent: NodeAgent) -> None:
         await asyncio.gather(*list(agent._tasks), return_exceptions=True)
 
 
+async def _assign_back(agent: NodeAgent, runner: Any) -> float:
+    """The leader gives ``t`` back to this node at epoch 3; waits until its run and
+    every report it spawned ended. Returns the time the Assign was stepped."""
+    now = time.monotonic()
+    message = agent_pb2.CoordinatorMessage(assign=assign("t", "k", epoch=3))
+    await _step(agent, agent.core.on_message(convert.coordinator_message_from_pb(message), now, 0))
+    await runner._runs["t"].task
+    await _settle(agent)
+    return now
+
+
 def _lineage_reports(outbound: asyncio.Queue[agent_pb2.AgentMessage]) -> list[Any]:
     out = []
     while not outbound.empty():
@@ -253,13 +264,7 @@ async def test_an_adopts_lineage_copy_is_reported_as_a_fork_then_forgotten(
         runner = agent._runner
         assert runner is not None
         outbound = await _open(agent)
-        now = time.monotonic()
-        message = agent_pb2.CoordinatorMessage(assign=assign("t", "k", epoch=3))
-        await _step(
-            agent, agent.core.on_message(convert.coordinator_message_from_pb(message), now, 0)
-        )
-        await runner._runs["t"].task  # type: ignore[misc]
-        await _settle(agent)
+        now = await _assign_back(agent, runner)
 
         assert COPY in {h.task_id for h in store.task_heads()}
         forks = redis.hashes.get(fork_key("t"), {})
@@ -300,13 +305,7 @@ async def test_an_old_owners_row_below_the_adopted_seq_is_reported_as_a_fork(
         assert runner is not None
         runner._claims = _ClaimsPastTheZombie()  # type: ignore[assignment]
         outbound = await _open(agent)
-        now = time.monotonic()
-        message = agent_pb2.CoordinatorMessage(assign=assign("t", "k", epoch=3))
-        await _step(
-            agent, agent.core.on_message(convert.coordinator_message_from_pb(message), now, 0)
-        )
-        await runner._runs["t"].task  # type: ignore[misc]
-        await _settle(agent)
+        await _assign_back(agent, runner)
 
         assert sorted((i.seq, i.epoch) for i in store.list("t"))[:2] == [(1, 1), (3, 2)]
         forks = redis.hashes.get(fork_key("t"), {})
@@ -398,13 +397,7 @@ async def test_a_newer_owners_shorter_lineage_wins_over_this_nodes_longer_stale_
         assert runner is not None
         runner._claims = _ClaimsOfAShorterNewerLineage()  # type: ignore[assignment]
         await _open(agent)
-        now = time.monotonic()
-        message = agent_pb2.CoordinatorMessage(assign=assign("t", "k", epoch=3))
-        await _step(
-            agent, agent.core.on_message(convert.coordinator_message_from_pb(message), now, 0)
-        )
-        await runner._runs["t"].task  # type: ignore[misc]
-        await _settle(agent)
+        await _assign_back(agent, runner)
 
         kept = sorted((i.seq, i.epoch) for i in store.list("t"))
         assert kept[:2] == [(1, 1), (2, 2)], "resumed from this node's stale branch"

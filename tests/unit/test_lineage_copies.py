@@ -242,6 +242,21 @@ async def _assign_back(agent: NodeAgent, runner: Any) -> float:
     return now
 
 
+def _the_zombies_fork(redis: _Redis, missing: str) -> tuple[str, agent_pb2.LineageReport]:
+    """The one fork in Redis: ``_zombie_rows``' epoch-1 seq 2 and event 2, in ``t~lineage-e1``."""
+    forks = redis.hashes.get(fork_key("t"), {})
+    assert len(forks) == 1, missing
+    ((fork_id, raw),) = forks.items()
+    record = records_pb2.ForkRecord.FromString(raw)
+    assert (record.lineage_task_id, record.stale_epoch) == (COPY, 1)
+    assert (record.divergent_checkpoints, record.head_checkpoint.seq) == (1, 2)
+    assert (record.divergent_journal_events, record.first_divergent_journal_seq) == (1, 2)
+    full = agent_pb2.LineageReport.FromString(redis.strings[fork_records_key("t", fork_id)])
+    assert [c.payload for c in full.checkpoints] == [b'{"step": "zombie"}']
+    assert [e.payload for e in full.journal_events] == [b'{"ev": "zombie-2"}']
+    return fork_id, full
+
+
 def _lineage_reports(outbound: asyncio.Queue[agent_pb2.AgentMessage]) -> list[Any]:
     out = []
     while not outbound.empty():
@@ -267,17 +282,8 @@ async def test_an_adopts_lineage_copy_is_reported_as_a_fork_then_forgotten(
         now = await _assign_back(agent, runner)
 
         assert COPY in {h.task_id for h in store.task_heads()}
-        forks = redis.hashes.get(fork_key("t"), {})
-        assert len(forks) == 1, "the copy's rows were reported to nobody"
-        ((fork_id, raw),) = forks.items()
-        record = records_pb2.ForkRecord.FromString(raw)
-        assert (record.lineage_task_id, record.stale_epoch) == (COPY, 1)
-        assert (record.divergent_checkpoints, record.head_checkpoint.seq) == (1, 2)
-        assert (record.divergent_journal_events, record.first_divergent_journal_seq) == (1, 2)
-        full = agent_pb2.LineageReport.FromString(redis.strings[fork_records_key("t", fork_id)])
-        assert [c.payload for c in full.checkpoints] == [b'{"step": "zombie"}']
+        fork_id, full = _the_zombies_fork(redis, "the copy's rows were reported to nobody")
         assert [c.parent_ref for c in full.checkpoints] == [make_ref("t", 2)]
-        assert [e.payload for e in full.journal_events] == [b'{"ev": "zombie-2"}']
         (wire,) = _lineage_reports(outbound)
         assert (wire.fork_id, wire.task_id, wire.epoch) == (fork_id, "t", 1)
 
@@ -308,16 +314,7 @@ async def test_an_old_owners_row_below_the_adopted_seq_is_reported_as_a_fork(
         await _assign_back(agent, runner)
 
         assert sorted((i.seq, i.epoch) for i in store.list("t"))[:2] == [(1, 1), (3, 2)]
-        forks = redis.hashes.get(fork_key("t"), {})
-        assert len(forks) == 1, "the zombie's seq 2 was reported to nobody"
-        ((fork_id, raw),) = forks.items()
-        record = records_pb2.ForkRecord.FromString(raw)
-        assert (record.lineage_task_id, record.stale_epoch) == (COPY, 1)
-        assert (record.divergent_checkpoints, record.head_checkpoint.seq) == (1, 2)
-        assert (record.divergent_journal_events, record.first_divergent_journal_seq) == (1, 2)
-        full = agent_pb2.LineageReport.FromString(redis.strings[fork_records_key("t", fork_id)])
-        assert [c.payload for c in full.checkpoints] == [b'{"step": "zombie"}']
-        assert [e.payload for e in full.journal_events] == [b'{"ev": "zombie-2"}']
+        fork_id, _ = _the_zombies_fork(redis, "the zombie's seq 2 was reported to nobody")
         (wire,) = _lineage_reports(outbound)
         assert wire.fork_id == fork_id
         await runner.close()

@@ -154,32 +154,47 @@ class _Claims:
         return ReplicationResult(Outcome.OK, epoch), remote
 
 
-class _ClaimsPastTheZombie:
-    """Redis holds epoch 2's checkpoint seq 3 (covers 3); epoch 2 resumed from
-    journal seq 1, checkpoint seq 1, and this node's claim of epoch 3 found seq 3."""
+class _Epoch2Claims:
+    """Redis holds epoch 2's checkpoint ``seq`` (covering ``covers``); epoch 2 resumed
+    from journal seq 1, checkpoint seq 1, and this node's claim found ``claimed``
+    (journal seq, checkpoint seq)."""
+
+    def __init__(self, seq: int, covers: int, payload: bytes, claimed: tuple[int, int]) -> None:
+        self.seq, self.covers, self.payload, self.claimed = seq, covers, payload, claimed
 
     async def claim_load(self, task_id: str, epoch: int, node_id: str) -> Any:
         ck = records_pb2.CheckpointRecord(
-            task_id=task_id, epoch=2, seq=3, covers_journal_seq=3, payload=b'{"step": 3}'
+            task_id=task_id,
+            epoch=2,
+            seq=self.seq,
+            covers_journal_seq=self.covers,
+            payload=self.payload,
         )
         remote = RemoteState(
-            task_id, epoch, 3, 2, 3, 3, "n2", 0, ck, (), bases={2: (1, 1), epoch: (3, 3)}
+            task_id,
+            epoch,
+            self.seq,
+            2,
+            self.covers,
+            self.covers,
+            "n2",
+            0,
+            ck,
+            (),
+            bases={2: (1, 1), epoch: self.claimed},
         )
         return ReplicationResult(Outcome.OK, epoch), remote
 
 
-class _ClaimsOfAShorterNewerLineage:
-    """Epoch 2 resumed from checkpoint seq 1 (journal seq 1) and wrote only seq 2;
-    this node's epoch-1 branch went on to seq 4 without reaching Redis."""
+def _claims_past_the_zombie() -> _Epoch2Claims:
+    """Epoch 2 went on to seq 3 (covers 3) before this node claimed epoch 3."""
+    return _Epoch2Claims(3, 3, b'{"step": 3}', (3, 3))
 
-    async def claim_load(self, task_id: str, epoch: int, node_id: str) -> Any:
-        ck = records_pb2.CheckpointRecord(
-            task_id=task_id, epoch=2, seq=2, covers_journal_seq=1, payload=b'{"step": "e2"}'
-        )
-        remote = RemoteState(
-            task_id, epoch, 2, 2, 1, 1, "n2", 0, ck, (), bases={2: (1, 1), epoch: (1, 2)}
-        )
-        return ReplicationResult(Outcome.OK, epoch), remote
+
+def _claims_of_a_shorter_newer_lineage() -> _Epoch2Claims:
+    """Epoch 2 wrote only seq 2 (covers 1); this node's epoch-1 branch went on to
+    seq 4 without reaching Redis."""
+    return _Epoch2Claims(2, 1, b'{"step": "e2"}', (1, 2))
 
 
 def _app() -> Agent:
@@ -309,7 +324,7 @@ async def test_an_old_owners_row_below_the_adopted_seq_is_reported_as_a_fork(
         agent, redis = _agent(tmp_path, app, store)
         runner = agent._runner
         assert runner is not None
-        runner._claims = _ClaimsPastTheZombie()  # type: ignore[assignment]
+        runner._claims = _claims_past_the_zombie()  # type: ignore[assignment]
         outbound = await _open(agent)
         await _assign_back(agent, runner)
 
@@ -392,7 +407,7 @@ async def test_a_newer_owners_shorter_lineage_wins_over_this_nodes_longer_stale_
         agent, redis = _agent(tmp_path, app, store)
         runner = agent._runner
         assert runner is not None
-        runner._claims = _ClaimsOfAShorterNewerLineage()  # type: ignore[assignment]
+        runner._claims = _claims_of_a_shorter_newer_lineage()  # type: ignore[assignment]
         await _open(agent)
         await _assign_back(agent, runner)
 

@@ -730,9 +730,7 @@ class CoordinatorRuntime:
                     )
                     return
             elif isinstance(command, SeedFork):
-                # Its Redis write runs with no lock held (a hung Redis must not hold
-                # every ack and directive); the outcome is stepped like any event.
-                self._spawn(self._seed_fork(command))
+                await self._seed_fork(command)
             elif isinstance(command, RetireRecords):
                 self._queue_retirement(command)
             elif isinstance(command, EmitEvent):
@@ -846,11 +844,7 @@ class CoordinatorRuntime:
             self.retired += len(ops)
 
     async def _seed_fork(self, command: SeedFork) -> None:
-        """Write a forked task's seed (its task is persisted), then step the outcome.
-
-        Runs as a background task, off the step lock: the seed is a Redis write,
-        bounded only by the Redis client's socket timeout (5 s).
-        """
+        """Write a forked task's seed (its task is persisted), then step the outcome."""
         seeder = self.fork_seeder
         checkpoint = None
         reason = ""
@@ -862,9 +856,9 @@ class CoordinatorRuntime:
             reason = str(exc) or type(exc).__name__
             _log.warning("seeding fork %s failed: %s", command.task_id, reason)
         event = ForkSeeded(
-            command.task_id, 0.0, ok=not reason, checkpoint=checkpoint, reason=reason
+            command.task_id, self._now(), ok=not reason, checkpoint=checkpoint, reason=reason
         )
-        await self.feed(event)  # stepped under the lock, at its turn; dropped if not leading
+        await self._run_locked(self.core.step(event))
 
     async def _resign_quietly(self) -> None:
         try:
